@@ -1,0 +1,1 @@
+"""Command-line tools: elasticd, esubmit, equeue, ecancel."""

@@ -1,0 +1,41 @@
+"""What every command-line tool shares: the --state-dir option and error reporting."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from elasticd.errors import DaemonError, ElasticError
+
+
+def add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="daemon state directory (default: $ELASTIC_STATE_DIR, else ~/.elastic/local "
+        "or ~/.elastic/slurm-$SLURM_JOB_ID inside an allocation)",
+    )
+
+
+def fail(prog: str, message: str, details: list[str] | None = None, code: int = 1) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    for d in details or []:
+        print(f"  {d}", file=sys.stderr)
+    return code
+
+
+def run_tool(prog: str, body: Callable[[], int]) -> int:
+    """Turn the package's errors into one clear message and an exit code, never a traceback."""
+    try:
+        return body()
+    except DaemonError as exc:
+        return fail(prog, f"{exc} [{exc.code}]", exc.details)
+    except ElasticError as exc:
+        return fail(prog, str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

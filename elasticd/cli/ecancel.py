@@ -1,0 +1,29 @@
+"""ecancel: cancel pending and running jobs, as scancel does."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from elastic_protocol.control import Cancel
+
+from elasticd.cli.common import add_state_dir, run_tool
+from elasticd.client import ControlClient
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ecancel", description="Cancel elastic jobs.")
+    p.add_argument("job_ids", nargs="+", type=int, metavar="ID")
+    add_state_dir(p)
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        with ControlClient.connect(args.state_dir, "ecancel") as client:
+            client.request(Cancel(job_ids=args.job_ids))
+        return 0
+
+    return run_tool("ecancel", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""elasticd: start, stop and inspect the daemon; run a whole batch with one command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from elasticd import __version__
+from elasticd.cli.batch import run_batch
+from elasticd.cli.common import add_state_dir, fail, run_tool
+from elasticd.client import ControlClient
+from elasticd.errors import DaemonNotRunning, ElasticError
+from elasticd.policies import POLICIES
+from elasticd.statedir import LOG_FILE, default_state_dir, pid_alive, prepare, read_record, running_daemon
+
+from elastic_protocol.control import StatusInfo, Status, Stop
+
+
+def _common_start_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--local", type=int, metavar="N", help="manage N virtual nodes on this machine")
+    p.add_argument("--policy", default="easy", choices=sorted(POLICIES), help="scheduling policy (default: easy)")
+    p.add_argument("--kill-wait", type=float, default=5.0, metavar="S",
+                   help="seconds between SIGTERM and SIGKILL when a job is ended (default 5)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="elasticd", description="elastic: a malleable job scheduler for HPC allocations.")
+    p.add_argument("--version", action="version", version=f"elasticd {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("start", help="start a daemon (detaches unless --foreground)")
+    _common_start_args(s)
+    s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
+    s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_state_dir(s)
+
+    st = sub.add_parser("stop", help="end running jobs cleanly and stop the daemon")
+    add_state_dir(st)
+
+    ss = sub.add_parser("status", help="is a daemon running; its nodes and policy")
+    ss.add_argument("--json", action="store_true")
+    add_state_dir(ss)
+
+    r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")
+    r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR")
+    _common_start_args(r)
+    r.add_argument("--no-offsets", action="store_true", help="submit everything at once, ignoring submit_offset")
+    r.add_argument("--json", type=Path, metavar="FILE", help="also write per-job and overall metrics as JSON")
+    r.add_argument("--timeout", type=float, default=None, metavar="S", help="give up (and cancel) after S seconds")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_tool("elasticd", lambda: _COMMANDS[args.cmd](args))
+
+
+# ---- start ---------------------------------------------------------------------------
+def node_names_for(args: argparse.Namespace) -> list[str]:
+    if args.local is None:
+        raise ElasticError(
+            "say how many virtual nodes to manage with --local N "
+            "(cluster mode inside a Slurm allocation is not available in this version)"
+        )
+    if args.local < 1:
+        raise ElasticError("--local needs at least 1 node")
+    return [f"node{i}" for i in range(1, args.local + 1)]
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    state_dir = prepare(args.state_dir or default_state_dir())
+    nodes = node_names_for(args)
+    try:
+        rec = running_daemon(state_dir)
+    except DaemonNotRunning:
+        pass
+    else:
+        return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
+                    "stop it with `elasticd stop` or use another --state-dir")
+    if args.foreground:
+        return _serve_foreground(args, state_dir, nodes)
+    rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
+                         log_level=args.log_level)
+    print(f"elasticd started (pid {rec.pid}): {len(nodes)} local nodes node[1-{len(nodes)}], policy {args.policy}")
+    print(f"  control channel {rec.control_address}, applications {rec.app_address}")
+    print(f"  state and log in {state_dir}")
+    return 0
+
+
+def start_detached(state_dir: Path, local: int, policy: str, kill_wait: float, listen: str = "127.0.0.1",
+                   log_level: str = "INFO", timeout: float = 20.0):
+    """Start `elasticd start --foreground` in its own session and wait for its address."""
+    state_dir = prepare(state_dir)
+    log_path = state_dir / LOG_FILE
+    cmd = [sys.executable, "-m", "elasticd.cli.elasticd_main", "start", "--foreground",
+           "--local", str(local), "--policy", policy, "--kill-wait", str(kill_wait),
+           "--listen", listen, "--log-level", log_level, "--state-dir", str(state_dir)]
+    with open(log_path, "ab") as logf:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                 start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = read_record(state_dir)
+        if rec is not None and rec.pid == child.pid:
+            return rec
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise ElasticError("the daemon exited at start:\n  " + "\n  ".join(tail))
+        time.sleep(0.02)
+    child.terminate()
+    raise ElasticError(f"the daemon did not come up within {timeout:.0f} s; see {log_path}")
+
+
+def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: list[str]) -> int:
+    import uvloop
+
+    from elasticd.daemon.service import Daemon, DaemonConfig
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = DaemonConfig(state_dir=state_dir, node_names=nodes, policy=args.policy,
+                       listen_host=args.listen, app_host=args.listen, kill_wait=args.kill_wait)
+
+    async def serve() -> None:
+        await Daemon(cfg).serve()
+
+    uvloop.run(serve())
+    return 0
+
+
+# ---- stop / status ---------------------------------------------------------------------
+def cmd_stop(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    rec = running_daemon(state_dir)
+    with ControlClient(rec, "elasticd-stop") as c:
+        ended = c.request(Stop(), timeout=None)["ended_jobs"]
+    deadline = time.monotonic() + 15
+    while pid_alive(rec.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if ended:
+        print(f"ended running job(s) {', '.join(map(str, ended))} (CANCELLED)")
+    print(f"elasticd stopped (pid {rec.pid})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or default_state_dir()
+    try:
+        rec = running_daemon(state_dir)
+    except DaemonNotRunning as exc:
+        if args.json:
+            print(json.dumps({"running": False, "state_dir": str(state_dir)}))
+        else:
+            print(f"elasticd is not running: {exc}")
+        return 1
+    with ControlClient(rec, "elasticd-status") as c:
+        info = StatusInfo.model_validate(c.request(Status()))
+    if args.json:
+        print(json.dumps({"running": True, **info.model_dump()}, indent=2))
+        return 0
+    up = time.time() - info.started_at
+    print(f"elasticd {info.version} running (pid {info.pid}, up {up:.0f} s), mode {info.mode}, policy {info.policy}")
+    print(f"  control {info.control_address}, applications {info.app_address}, state {state_dir}")
+    counts: dict[str, int] = {}
+    for n in info.nodes:
+        counts[n.state] = counts.get(n.state, 0) + 1
+    print(f"  nodes: {len(info.nodes)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))})")
+    for n in info.nodes:
+        print(f"    {n.name:<12} {n.state:<10} {'' if n.job_id is None else 'job ' + str(n.job_id)}")
+    jobs = ", ".join(f"{v} {k}" for k, v in sorted(info.jobs_by_state.items())) or "none"
+    print(f"  jobs: {jobs}")
+    return 0
+
+
+_COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""equeue: the queue as a table (like squeue) or as a versioned JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ClusterShell.NodeSet import NodeSet
+
+from elastic_protocol.control import JobInfo, Queue, QueueDocument
+from elastic_protocol.timefmt import format_duration
+
+from elasticd.cli.common import add_state_dir, run_tool
+from elasticd.client import ControlClient
+
+COLUMNS = ("JOBID", "NAME", "KIND", "STATE", "NODES", "MIN-MAX", "TIME", "LIMIT", "EXIT", "HOSTS/REASON")
+
+
+def row(j: JobInfo) -> tuple[str, ...]:
+    if j.hosts:
+        where = str(NodeSet.fromlist(j.hosts))
+    else:
+        where = f"({j.reason})" if j.reason else ("(Resources)" if j.state == "PENDING" else "")
+    return (
+        str(j.job_id),
+        j.name[:20],
+        j.kind,
+        j.state,
+        str(j.nodes),
+        f"{j.nodes_min}-{j.nodes_max}",
+        format_duration(j.time_used),
+        format_duration(j.time_limit),
+        j.exit or "",
+        where,
+    )
+
+
+def render(doc: QueueDocument) -> str:
+    rows = [COLUMNS, *(row(j) for j in doc.jobs)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="equeue", description="Show elastic's queue.")
+    p.add_argument("-a", "--all", action="store_true", help="include finished jobs")
+    p.add_argument("-j", "--jobs", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="comma-separated job ids")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    add_state_dir(p)
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        with ControlClient.connect(args.state_dir, "equeue") as client:
+            data = client.request(Queue(job_ids=args.jobs, all=args.all))
+        doc = QueueDocument.model_validate(data)
+        if args.json:
+            print(json.dumps(doc.model_dump(), indent=2))
+        else:
+            print(render(doc))
+        return 0
+
+    return run_tool("equeue", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""A blocking control-channel client: what the command-line tools (and scripts) use."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from elastic_protocol.control import Hello, Response
+from elastic_protocol.framing import LineSocket
+from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
+
+from elasticd.errors import DaemonError, DaemonNotRunning
+from elasticd.statedir import DaemonRecord, default_state_dir, running_daemon
+
+
+class ControlClient:
+    def __init__(self, record: DaemonRecord, client_name: str = "elastic-client", timeout: float = 30.0) -> None:
+        self.record = record
+        try:
+            sock = socket.create_connection((record.control_host, record.control_port), timeout=timeout)
+        except OSError as exc:
+            raise DaemonNotRunning(
+                f"the daemon (pid {record.pid}) does not answer at {record.control_address}: {exc.strerror or exc}"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._io = LineSocket(sock, MAX_LINE_BYTES)
+        self.server_info = self.request(Hello(version=PROTOCOL_VERSION, secret=record.secret, client=client_name))
+
+    @classmethod
+    def connect(cls, state_dir: Path | None = None, client_name: str = "elastic-client") -> "ControlClient":
+        return cls(running_daemon(state_dir or default_state_dir()), client_name)
+
+    def request(self, req: BaseModel, timeout: float | None = 30.0) -> dict[str, Any]:
+        """Send one request; return its data or raise DaemonError with the daemon's words."""
+        self._io.sock.settimeout(timeout)
+        self._io.send_line(req.model_dump_json(exclude_none=False).encode())
+        line = self._io.read_line()
+        if line is None:
+            raise DaemonError("disconnected", "the daemon closed the connection")
+        try:
+            resp = Response.model_validate_json(line)
+        except ValidationError:
+            raise DaemonError("bad_response", "the daemon sent an unreadable reply") from None
+        if not resp.ok:
+            err = resp.error
+            assert err is not None
+            raise DaemonError(err.code, err.message, err.details)
+        return resp.data
+
+    def close(self) -> None:
+        self._io.close()
+
+    def __enter__(self) -> "ControlClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

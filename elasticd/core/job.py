@@ -1,0 +1,83 @@
+"""A job's record: its spec, where it runs, and the history the metrics are computed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elastic_protocol.jobspec import JobKind, JobSpec
+
+from elasticd.core.states import JobState
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    time: float
+    event: str
+    nodes: int
+    hosts: tuple[str, ...]
+    detail: str | None = None
+
+
+@dataclass
+class Job:
+    job_id: int
+    spec: JobSpec
+    submit_time: float
+    state: JobState = JobState.PENDING
+    hosts: list[str] = field(default_factory=list)
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    reason: str | None = None
+    # Set when the daemon has been told to end the job (cancel, time limit): the state it
+    # ends in once its processes are verified gone, whatever their exit status.
+    ending_as: JobState | None = None
+    malleable_ready: bool = False
+    last_resize: float | None = None
+    events: list[JobEvent] = field(default_factory=list)
+    node_seconds: float = 0.0
+    _size_since: float | None = None
+
+    @property
+    def kind(self) -> JobKind:
+        return self.spec.resolved_kind
+
+    @property
+    def bounds(self) -> tuple[int, int, int]:
+        return self.spec.node_bounds
+
+    @property
+    def time_limit(self) -> int | None:
+        return self.spec.limit_seconds
+
+    @property
+    def size(self) -> int:
+        return len(self.hosts)
+
+    def record(self, now: float, event: str, detail: str | None = None) -> None:
+        self.events.append(JobEvent(now, event, len(self.hosts), tuple(self.hosts), detail))
+
+    def account(self, now: float) -> None:
+        """Close the current size segment so node_seconds is exact across resizes."""
+        if self._size_since is not None:
+            self.node_seconds += self.size * max(0.0, now - self._size_since)
+        self._size_since = now if self.state.holds_nodes else None
+
+    def node_seconds_at(self, now: float) -> float:
+        """Node-seconds used so far, counting the segment still open."""
+        if self._size_since is None:
+            return self.node_seconds
+        return self.node_seconds + self.size * max(0.0, now - self._size_since)
+
+    def time_used(self, now: float) -> float:
+        if self.start_time is None:
+            return 0.0
+        end = self.end_time if self.end_time is not None else now
+        return max(0.0, end - self.start_time)
+
+    @property
+    def exit_text(self) -> str | None:
+        if self.exit_code is None and self.exit_signal is None:
+            return None
+        return f"{self.exit_code or 0}:{self.exit_signal or 0}"

@@ -1,0 +1,227 @@
+"""The control channel server: authenticated JSON-line requests from the command-line tools.
+
+A bad request gets a typed error line and the connection stays usable; only a broken frame
+(over-long line, half a line) or a failed hello closes it. Nothing on the wire is ever a
+traceback: unexpected failures are logged here and answered with code `internal`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+from collections import Counter
+
+from pydantic import ValidationError
+
+from elastic_protocol.control import (
+    REQUEST_ADAPTER,
+    Cancel,
+    ErrorBody,
+    Hello,
+    Queue,
+    QueueDocument,
+    Response,
+    Status,
+    StatusInfo,
+    Stop,
+    Submit,
+    Wait,
+)
+from elastic_protocol.errors import ProtocolError
+from elastic_protocol.framing import read_line
+from elastic_protocol.jobspec import format_validation_errors
+from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
+
+from elasticd import __version__
+from elasticd.daemon.service import Daemon
+from elasticd.daemon.views import job_info, node_infos
+from elasticd.errors import ElasticError, UnknownJob
+
+log = logging.getLogger("elasticd.control")
+
+
+def _error(code: str, message: str, details: list[str] | None = None) -> bytes:
+    resp = Response(ok=False, error=ErrorBody(code=code, message=message, details=details or []))
+    return resp.model_dump_json().encode() + b"\n"
+
+
+def _ok(data: dict | None = None) -> bytes:
+    return Response(ok=True, data=data or {}).model_dump_json().encode() + b"\n"
+
+
+class _Refused(Exception):
+    pass
+
+
+class ControlServer:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        return await asyncio.start_server(self._handle, host, port, limit=MAX_LINE_BYTES + 1)
+
+    async def close_all(self) -> None:
+        for w in list(self._writers):
+            w.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        d = self.daemon
+        if d.connections >= d.config.max_connections:
+            log.warning("control: refused %s: too many connections", peer)
+            writer.write(_error("busy", "too many connections; try again"))
+            await _close(writer)
+            return
+        d.connections += 1
+        self._writers.add(writer)
+        try:
+            await self._hello(reader, writer, peer)
+            while True:
+                line = await read_line(reader, MAX_LINE_BYTES)
+                if line is None:
+                    break
+                writer.write(await self._dispatch(line))
+                await writer.drain()
+                if d._stopped.is_set():
+                    break
+        except _Refused:
+            pass
+        except ProtocolError as exc:
+            log.warning("control: %s from %s: %s", exc.code, peer, exc)
+            try:
+                writer.write(_error(exc.code, str(exc)))
+                await writer.drain()
+            except ConnectionError:
+                pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            d.connections -= 1
+            self._writers.discard(writer)
+            await _close(writer)
+
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
+        try:
+            line = await asyncio.wait_for(read_line(reader, MAX_LINE_BYTES), self.daemon.config.hello_timeout)
+        except TimeoutError:
+            log.warning("control: %s sent no hello in time", peer)
+            writer.write(_error("timeout", "no hello received in time"))
+            raise _Refused from None
+        if line is None:
+            raise _Refused
+        try:
+            hello = Hello.model_validate_json(line)
+        except ValidationError:
+            log.warning("control: refused %s: first line is not a valid hello", peer)
+            writer.write(_error("bad_request", "the first message must be a hello with version and secret"))
+            raise _Refused from None
+        if hello.version != PROTOCOL_VERSION:
+            writer.write(
+                _error("version_mismatch", f"daemon speaks protocol {PROTOCOL_VERSION}, client {hello.version}")
+            )
+            raise _Refused
+        if not hmac.compare_digest(hello.secret.encode(), self.daemon.secret.encode()):
+            log.warning("control: refused %s (client %s): wrong secret", peer, hello.client)
+            writer.write(_error("auth_failed", "wrong secret"))
+            raise _Refused
+        writer.write(_ok({"protocol": PROTOCOL_VERSION, "version": __version__, "pid": os.getpid()}))
+        await writer.drain()
+
+    async def _dispatch(self, line: bytes) -> bytes:
+        try:
+            req = REQUEST_ADAPTER.validate_json(line)
+        except ValidationError as exc:
+            return _bad_request(line, exc)
+        try:
+            return await self._serve(req)
+        except UnknownJob as exc:
+            return _error(exc.code, str(exc))
+        except ElasticError as exc:
+            details = getattr(exc, "problems", None)
+            return _error(exc.code, str(exc), details)
+        except Exception:
+            log.exception("control: internal error serving %s", type(req).__name__)
+            return _error("internal", "internal error; see the daemon log")
+
+    async def _serve(self, req: object) -> bytes:
+        d = self.daemon
+        if isinstance(req, Submit):
+            if d.stopping:
+                return _error("stopping", "the daemon is stopping")
+            return _ok({"job_id": d.submit(req.spec)})
+        if isinstance(req, Cancel):
+            results = {}
+            for jid in req.job_ids:
+                try:
+                    results[str(jid)] = d.cancel(jid)
+                except UnknownJob:
+                    results[str(jid)] = None
+            missing = [j for j, s in results.items() if s is None]
+            if missing:
+                return _error("unknown_job", f"no such job: {', '.join(missing)}",
+                              [f"{j}: {s}" for j, s in results.items() if s is not None])
+            return _ok({"states": results})
+        if isinstance(req, Queue):
+            return _ok(self._queue(req).model_dump())
+        if isinstance(req, Status):
+            return _ok(self._status().model_dump())
+        if isinstance(req, Wait):
+            for jid in req.job_ids or []:
+                d.core.job(jid)  # raises UnknownJob before we wait on it
+            done = await d.wait_jobs(req.job_ids, req.timeout)
+            return _ok({"done": done})
+        if isinstance(req, Stop):
+            ended = await d.stop()
+            return _ok({"ended_jobs": ended})
+        if isinstance(req, Hello):
+            return _error("bad_request", "hello was already received on this connection")
+        return _error("bad_request", f"unsupported request {type(req).__name__}")
+
+    def _queue(self, req: Queue) -> QueueDocument:
+        d = self.daemon
+        now = d.now()
+        if req.job_ids is not None:
+            jobs = [d.core.job(j) for j in req.job_ids]
+        else:
+            jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
+        return QueueDocument(generated_at=now, jobs=[job_info(j, now) for j in jobs])
+
+    def _status(self) -> StatusInfo:
+        d = self.daemon
+        counts = Counter(j.state.value for j in d.core.jobs.values())
+        return StatusInfo(
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            mode=d.config.mode,
+            policy=d.core.policy.name,
+            started_at=d.started_at,
+            control_address=d.control_address,
+            app_address=d.app_address,
+            nodes=node_infos(d.core.nodes),
+            jobs_by_state=dict(counts),
+        )
+
+
+def _bad_request(line: bytes, exc: ValidationError) -> bytes:
+    try:
+        op = json.loads(line).get("op")
+    except (ValueError, AttributeError):
+        return _error("bad_request", "not a JSON object")
+    if op == "submit":
+        details = format_validation_errors(exc.errors(), drop_prefix=("submit", "spec"))
+        return _error("invalid_job", "invalid job description", details)
+    details = format_validation_errors(exc.errors(), drop_prefix=(str(op),))
+    return _error("bad_request", f"invalid request {str(op)[:40]!r}", details)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+        await writer.wait_closed()
+    except (ConnectionError, OSError):
+        pass

@@ -1,0 +1,270 @@
+"""The daemon: turns sockets, process exits and timers into core events, and core actions
+into processes.
+
+Everything that changes job state runs on the event loop thread, one event at a time, so
+the core needs no locks. Scheduling is coalesced: many events in one loop iteration (a
+burst of submissions) cost one policy call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elastic_protocol.jobspec import JobSpec
+
+from elasticd import __version__
+from elasticd.core.actions import Action, Launch, Terminate
+from elasticd.core.engine import Core
+from elasticd.errors import LaunchError
+from elasticd.launch.base import LaunchRequest
+from elasticd.launch.local import LocalLauncher
+from elasticd.policies import make_policy
+from elasticd.statedir import DaemonRecord, new_secret, remove_record, write_record
+
+log = logging.getLogger("elasticd")
+
+
+@dataclass
+class DaemonConfig:
+    state_dir: Path
+    node_names: list[str]
+    policy: str = "easy"
+    mode: str = "local"
+    listen_host: str = "127.0.0.1"
+    app_host: str = "127.0.0.1"
+    control_port: int = 0
+    app_port: int = 0
+    kill_wait: float = 5.0
+    # Limits that keep a misbehaving client from exhausting the daemon.
+    max_connections: int = 256
+    hello_timeout: float = 10.0
+
+
+@dataclass
+class _Timers:
+    limits: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.core = Core(config.node_names, make_policy(config.policy))
+        self.launcher = LocalLauncher(self._on_exit, kill_wait=config.kill_wait)
+        self.secret = new_secret()
+        self.job_secrets: dict[int, str] = {}
+        self.started_at = time.time()
+        self._timers = _Timers()
+        self._schedule_pending = False
+        self._changed = asyncio.Condition()
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.control_address = ""
+        self.app_address = ""
+        self.connections = 0
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+    # ---- life cycle ----------------------------------------------------------------
+    async def serve(self, ready: asyncio.Future[None] | None = None) -> None:
+        # Imported here: the servers need the daemon, and the daemon hands itself over.
+        from elasticd.daemon.app_server import AppServer
+        from elasticd.daemon.control_server import ControlServer
+
+        cfg = self.config
+        control = ControlServer(self)
+        app = AppServer(self)
+        csrv = await control.start(cfg.listen_host, cfg.control_port)
+        asrv = await app.start(cfg.app_host, cfg.app_port)
+        chost, cport = csrv.sockets[0].getsockname()[:2]
+        ahost, aport = asrv.sockets[0].getsockname()[:2]
+        self.control_address = f"{chost}:{cport}"
+        self.app_address = f"{ahost}:{aport}"
+        write_record(
+            cfg.state_dir,
+            DaemonRecord(
+                pid=os.getpid(),
+                control_host=chost,
+                control_port=cport,
+                app_host=ahost,
+                app_port=aport,
+                secret=self.secret,
+                version=__version__,
+                started_at=self.started_at,
+            ),
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: self._spawn(self.stop()))
+        log.info(
+            "elasticd %s listening: control %s, applications %s; %d nodes, policy %s",
+            __version__, self.control_address, self.app_address,
+            self.core.nodes.total, cfg.policy,
+        )
+        if ready is not None:
+            ready.set_result(None)
+        try:
+            await self._stopped.wait()
+        finally:
+            csrv.close()
+            asrv.close()
+            await app.close_all()
+            await control.close_all()
+            await self.launcher.close()
+            remove_record(cfg.state_dir, os.getpid())
+            log.info("elasticd stopped")
+
+    async def stop(self) -> list[int]:
+        """End every running job cleanly (and report which), cancel the queue, exit."""
+        if self._stopping.is_set():
+            await self._stopped.wait()
+            return []
+        self._stopping.set()
+        now = self.now()
+        running = self.core.active_ids
+        log.info("stopping: ending %d running job(s) %s", len(running), running)
+        self._execute(self.core.stop_all(now))
+        async with self._changed:
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: not self.core.active_ids),
+                timeout=self.config.kill_wait + 30,
+            )
+        self._stopped.set()
+        return running
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("internal task failed", exc_info=task.exception())
+
+    # ---- events into the core ------------------------------------------------------
+    def submit(self, spec: JobSpec) -> int:
+        job = self.core.submit(spec, self.now())
+        log.info("job %d submitted: %s, nodes %s", job.job_id, spec.name, spec.nodes)
+        self._schedule_soon()
+        return job.job_id
+
+    def cancel(self, job_id: int) -> str:
+        actions = self.core.cancel(job_id, self.now())
+        self._execute(actions)
+        self._notify()
+        self._schedule_soon()
+        return self.core.job(job_id).state.value
+
+    def set_malleable_ready(self, job_id: int, ready: bool) -> None:
+        job = self.core.job(job_id)
+        job.malleable_ready = ready
+        job.record(self.now(), "registered" if ready else "deregistered")
+        self._schedule_soon()
+
+    def _schedule_soon(self) -> None:
+        if self._schedule_pending or self.stopping:
+            return
+        self._schedule_pending = True
+        asyncio.get_running_loop().call_soon(self._run_schedule)
+
+    def _run_schedule(self) -> None:
+        self._schedule_pending = False
+        if self.stopping:
+            return
+        try:
+            self._execute(self.core.schedule(self.now()))
+        except Exception:
+            # A policy bug must not take the daemon and its jobs down with it.
+            log.exception("scheduling failed; the queue is kept and retried at the next event")
+
+    def _execute(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, Launch):
+                self._spawn(self._launch(a))
+            elif isinstance(a, Terminate):
+                log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
+                self._spawn(self.launcher.terminate(a.job_id, a.hosts))
+
+    async def _launch(self, a: Launch) -> None:
+        job = self.core.job(a.job_id)
+        secret = secrets.token_hex(16)
+        self.job_secrets[a.job_id] = secret
+        req = LaunchRequest(
+            job_id=a.job_id,
+            spec=job.spec,
+            hosts=a.hosts,
+            app_address=self.app_address,
+            job_secret=secret,
+            job_dir=self.config.state_dir / "jobs" / str(a.job_id),
+        )
+        try:
+            await self.launcher.launch(req)
+        except LaunchError as exc:
+            log.warning("job %d: launch failed: %s", a.job_id, exc)
+            self.core.launch_failed(a.job_id, self.now(), str(exc))
+            self._job_ended(a.job_id)
+            return
+        log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
+        if job.ending_as is not None:
+            # Cancelled while its processes were being started.
+            await self.launcher.terminate(a.job_id, a.hosts)
+            return
+        limit = job.time_limit
+        if limit is not None and job.start_time is not None:
+            delay = max(0.0, job.start_time + limit - self.now())
+            loop = asyncio.get_running_loop()
+            self._timers.limits[a.job_id] = loop.call_later(delay, self._limit_reached, a.job_id)
+
+    def _limit_reached(self, job_id: int) -> None:
+        self._timers.limits.pop(job_id, None)
+        log.info("job %d: time limit reached", job_id)
+        self._execute(self.core.time_limit_reached(job_id, self.now()))
+
+    async def _on_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
+        self.core.exited(job_id, self.now(), code, sig)
+        job = self.core.job(job_id)
+        log.info("job %d ended: %s %s", job_id, job.state.value, job.exit_text)
+        self._job_ended(job_id)
+
+    def _job_ended(self, job_id: int) -> None:
+        handle = self._timers.limits.pop(job_id, None)
+        if handle is not None:
+            handle.cancel()
+        self.job_secrets.pop(job_id, None)
+        self._notify()
+        self._schedule_soon()
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        self._spawn(notify())
+
+    async def wait_jobs(self, job_ids: list[int] | None, timeout: float | None) -> bool:
+        """True once every given job (all jobs when None) has ended; False on timeout."""
+
+        def done() -> bool:
+            ids = self.core.jobs.keys() if job_ids is None else job_ids
+            return all(self.core.job(j).state.is_final for j in ids)
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(done), timeout)
+            except TimeoutError:
+                return False
+        return True

@@ -1,0 +1,56 @@
+"""How the daemon's jobs and nodes look on the wire."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elastic_protocol.control import JobEventInfo, JobInfo, NodeInfo
+
+from elasticd.core.job import Job
+from elasticd.core.nodes import NodeTable
+from elasticd.launch.base import expand_pattern
+
+
+def job_info(job: Job, now: float) -> JobInfo:
+    lo, hi, pref = job.bounds
+    spec = job.spec
+    out = err = None
+    if spec.working_dir:
+        wd = Path(spec.working_dir)
+        # A pattern with %N or %t names one file per host; it is shown for the first one.
+        first = job.hosts[0] if job.hosts else "%N"
+        out = str(wd / expand_pattern(spec.output, job.job_id, spec.name, first, 0))
+        err = str(wd / expand_pattern(spec.error or spec.output, job.job_id, spec.name, first, 0))
+    return JobInfo(
+        job_id=job.job_id,
+        name=spec.name,
+        kind=job.kind.value,
+        state=job.state.value,
+        reason=job.reason,
+        nodes=job.size,
+        nodes_min=lo,
+        nodes_max=hi,
+        nodes_preferred=pref,
+        hosts=list(job.hosts),
+        submit_time=job.submit_time,
+        start_time=job.start_time,
+        end_time=job.end_time,
+        time_limit=job.time_limit,
+        time_used=job.time_used(now),
+        exit_code=job.exit_code,
+        exit_signal=job.exit_signal,
+        exit=job.exit_text,
+        command=list(spec.command),
+        working_dir=spec.working_dir,
+        output_path=out,
+        error_path=err,
+        node_seconds=job.node_seconds_at(now),
+        events=[
+            JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail)
+            for e in job.events
+        ],
+    )
+
+
+def node_infos(nodes: NodeTable) -> list[NodeInfo]:
+    return [NodeInfo(name=n, state=nodes.state_of(n).value, job_id=nodes.owner[n]) for n in nodes.names]

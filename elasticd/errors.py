@@ -1,0 +1,61 @@
+"""One root exception for the daemon package; the control channel maps `code` onto the wire."""
+
+
+class ElasticError(Exception):
+    code = "error"
+
+
+class JobRejected(ElasticError):
+    """A submission that is well-formed but cannot run here (e.g. wider than the cluster)."""
+
+    code = "job_rejected"
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class UnknownJob(ElasticError):
+    code = "unknown_job"
+
+
+class InvalidTransition(ElasticError):
+    """An event that does not fit the job's state: a bug in the caller, never user input."""
+
+    code = "internal"
+
+
+class PolicyError(ElasticError):
+    """A policy returned a decision the core cannot carry out: a bug in that policy."""
+
+    code = "internal"
+
+
+class DaemonNotRunning(ElasticError):
+    code = "no_daemon"
+
+
+class DaemonError(ElasticError):
+    """The daemon answered a request with an error reply."""
+
+    def __init__(self, code: str, message: str, details: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details or []
+
+
+class LaunchError(ElasticError):
+    """A job's processes could not be started; none of them is left running."""
+
+    code = "launch_failed"
+
+
+class JobFileError(ElasticError):
+    """A job file that cannot be read or validated; one entry per problem."""
+
+    code = "invalid_job"
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        super().__init__(f"{path}: invalid job file")
+        self.path = path
+        self.problems = problems

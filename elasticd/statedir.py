@@ -1,0 +1,106 @@
+"""Where a daemon leaves its address and secret for the tools of the same user.
+
+The directory is 0700 and the file 0600: holding the secret is what lets a tool act, so
+nobody else on a shared login node may read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from elasticd.errors import DaemonNotRunning
+
+DAEMON_FILE = "daemon.json"
+LOG_FILE = "daemon.log"
+
+
+def default_state_dir() -> Path:
+    """One daemon per allocation: inside Slurm the directory is named after the job."""
+    env = os.environ.get("ELASTIC_STATE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = Path.home() / ".elastic"
+    slurm_job = os.environ.get("SLURM_JOB_ID")
+    return base / (f"slurm-{slurm_job}" if slurm_job else "local")
+
+
+def prepare(path: Path) -> Path:
+    path = path.expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True)
+class DaemonRecord:
+    pid: int
+    control_host: str
+    control_port: int
+    app_host: str
+    app_port: int
+    secret: str
+    version: str
+    started_at: float
+
+    @property
+    def control_address(self) -> str:
+        return f"{self.control_host}:{self.control_port}"
+
+    @property
+    def app_address(self) -> str:
+        return f"{self.app_host}:{self.app_port}"
+
+
+def write_record(path: Path, rec: DaemonRecord) -> None:
+    """Write atomically, never readable by others even for an instant."""
+    target = path / DAEMON_FILE
+    tmp = path / (DAEMON_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(rec), f)
+    os.replace(tmp, target)
+
+
+def read_record(path: Path) -> DaemonRecord | None:
+    try:
+        data = json.loads((path / DAEMON_FILE).read_text())
+        return DaemonRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remove_record(path: Path, pid: int) -> None:
+    rec = read_record(path)
+    if rec is not None and rec.pid == pid:
+        (path / DAEMON_FILE).unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def running_daemon(path: Path) -> DaemonRecord:
+    """The live daemon of this state directory, or DaemonNotRunning saying how to start one."""
+    path = path.expanduser()
+    rec = read_record(path)
+    if rec is None or not pid_alive(rec.pid):
+        raise DaemonNotRunning(
+            f"no elastic daemon is running for state directory {path}; "
+            "start one with `elasticd start --local N` (or inside a Slurm allocation, "
+            "`elasticd start`)"
+        )
+    return rec

@@ -1,0 +1,97 @@
+"""Application channel: the text lines between a running application and the daemon.
+
+Line-oriented and whitespace-separated so a C, Fortran or shell program can speak it; hosts
+never contain '=' or spaces, so trailing `key=value` tokens can be added to a message
+without breaking a reader that stops after the fields it knows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elastic_protocol.errors import MalformedMessage
+
+# Messages an application may send.
+APP_VERBS = {
+    "hello",        # hello VERSION JOB_ID SECRET [host=H] [pid=P]
+    "register",     # register            -> the job becomes malleable-ready
+    "deregister",   # deregister          -> no more orders, for good
+    "shrunk",       # shrunk HOST...      -> answer to `shrink N`: the hosts released
+    "grown",        # grown HOST...       -> answer to `grow N ...`: the hosts now in use
+    "refuse",       # refuse [REASON...]  -> answer to an order: not now, not this one
+    "defer",        # defer SECONDS       -> answer to an order: ask again later
+    "request",      # request N           -> evolving job asks for N more nodes
+    "release",      # release HOST...     -> evolving job gives hosts back
+    "ping",         # ping                -> pong
+}
+
+# Messages the daemon may send.
+DAEMON_VERBS = {"ok", "error", "shrink", "grow", "pong", "cancel"}
+
+
+@dataclass(frozen=True)
+class Message:
+    verb: str
+    args: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        parts = [self.verb, *self.args, *(f"{k}={v}" for k, v in self.options.items())]
+        for p in parts:
+            if not p or any(c.isspace() for c in p):
+                raise MalformedMessage(f"token {p!r} is empty or contains white space")
+        return " ".join(parts).encode("ascii")
+
+
+def parse(line: bytes, verbs: set[str]) -> Message:
+    """Split a line into verb, positional args and trailing key=value options."""
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise MalformedMessage("line is not ASCII text") from None
+    if not text.isprintable():
+        raise MalformedMessage("line contains control characters")
+    tokens = text.split()
+    if not tokens:
+        raise MalformedMessage("empty line")
+    verb = tokens[0].lower()
+    if verb not in verbs:
+        raise MalformedMessage(f"unknown message {tokens[0][:32]!r}")
+    args: list[str] = []
+    options: dict[str, str] = {}
+    for tok in tokens[1:]:
+        if "=" in tok:
+            k, _, v = tok.partition("=")
+            options[k] = v
+        else:
+            args.append(tok)
+    return Message(verb, tuple(args), options)
+
+
+def parse_count(msg: Message, index: int = 0) -> int:
+    """The positive integer argument orders and requests carry."""
+    if len(msg.args) <= index:
+        raise MalformedMessage(f"{msg.verb}: missing node count")
+    try:
+        n = int(msg.args[index])
+    except ValueError:
+        raise MalformedMessage(f"{msg.verb}: node count {msg.args[index][:32]!r} is not an integer") from None
+    if n <= 0:
+        raise MalformedMessage(f"{msg.verb}: node count must be positive")
+    return n
+
+
+def shrink_order(n: int, order_id: int, deadline_s: float) -> Message:
+    return Message("shrink", (str(n),), {"order": str(order_id), "deadline": f"{deadline_s:g}"})
+
+
+def grow_order(hosts: list[str], order_id: int, deadline_s: float) -> Message:
+    return Message(
+        "grow", (str(len(hosts)), *hosts), {"order": str(order_id), "deadline": f"{deadline_s:g}"}
+    )
+
+
+def error_line(code: str, message: str) -> bytes:
+    """`error CODE free text`: the text is the rest of the line, sanitised to one line."""
+    clean = " ".join(message.encode("ascii", "replace").decode().split())[:512]
+    return f"error {code} {clean}".encode("ascii")

@@ -1,0 +1,155 @@
+"""Control channel: command-line tools <-> daemon, one JSON object per line.
+
+A connection starts with `hello` (version + the daemon's secret); every later line is one
+request answered by exactly one response line, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from elastic_protocol.jobspec import JobSpec
+
+
+class _Req(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hello(_Req):
+    op: Literal["hello"] = "hello"
+    version: int
+    secret: str
+    client: str = "unknown"
+
+
+class Submit(_Req):
+    op: Literal["submit"] = "submit"
+    spec: JobSpec
+
+
+class Cancel(_Req):
+    op: Literal["cancel"] = "cancel"
+    job_ids: Annotated[list[int], Field(min_length=1)]
+
+
+class Queue(_Req):
+    op: Literal["queue"] = "queue"
+    job_ids: list[int] | None = None
+    # Finished jobs are shown only when asked for, as squeue does.
+    all: bool = False
+
+
+class Status(_Req):
+    op: Literal["status"] = "status"
+
+
+class Wait(_Req):
+    """Block until the jobs have ended (or the timeout passes); spares clients a poll loop."""
+
+    op: Literal["wait"] = "wait"
+    job_ids: list[int] | None = None
+    timeout: Annotated[float, Field(gt=0)] | None = None
+
+
+class Stop(_Req):
+    op: Literal["stop"] = "stop"
+
+
+Request = Annotated[
+    Hello | Submit | Cancel | Queue | Status | Wait | Stop, Field(discriminator="op")
+]
+REQUEST_ADAPTER: TypeAdapter[Any] = TypeAdapter(Request)
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    message: str
+    # One entry per problem (for example one per invalid job-file field).
+    details: list[str] = Field(default_factory=list)
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    error: ErrorBody | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobEventInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    time: float
+    event: str
+    nodes: int
+    hosts: list[str]
+    detail: str | None
+
+
+class JobInfo(BaseModel):
+    """Every field is always present (null where unknown), so scripts need no guards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: int
+    name: str
+    kind: str
+    state: str
+    reason: str | None
+    nodes: int
+    nodes_min: int
+    nodes_max: int
+    nodes_preferred: int
+    hosts: list[str]
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+    time_limit: int | None
+    time_used: float
+    exit_code: int | None
+    exit_signal: int | None
+    exit: str | None
+    command: list[str]
+    working_dir: str | None
+    output_path: str | None
+    error_path: str | None
+    node_seconds: float
+    events: list[JobEventInfo]
+
+
+QUEUE_DOCUMENT_VERSION = 1
+
+
+class QueueDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = QUEUE_DOCUMENT_VERSION
+    generated_at: float
+    jobs: list[JobInfo]
+
+
+class NodeInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    state: str
+    job_id: int | None
+
+
+class StatusInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str
+    protocol: int
+    pid: int
+    mode: str
+    policy: str
+    started_at: float
+    control_address: str
+    app_address: str
+    nodes: list[NodeInfo]
+    jobs_by_state: dict[str, int]

@@ -1,0 +1,158 @@
+"""The job description: what a job file holds and what `submit` carries on the wire.
+
+Validated the same way by esubmit (to answer before anything is sent) and by the daemon
+(which trusts no client); unknown keys are errors so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from elastic_protocol.timefmt import parse_time_limit
+
+
+class JobKind(str, Enum):
+    RIGID = "rigid"
+    MOLDABLE = "moldable"
+    MALLEABLE = "malleable"
+    EVOLVING = "evolving"
+
+
+class NodeRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: Annotated[int, Field(ge=1)]
+    max: Annotated[int, Field(ge=1)]
+    preferred: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "NodeRange":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        if self.preferred is not None and not self.min <= self.preferred <= self.max:
+            raise ValueError(
+                f"preferred ({self.preferred}) is outside min..max ({self.min}..{self.max})"
+            )
+        return self
+
+
+def _nodes_form(v: object) -> str | None:
+    if isinstance(v, dict) or isinstance(v, NodeRange):
+        return "range"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return "count"
+    return None
+
+
+# Tagged so that an error names `nodes.min`, not every branch pydantic tried.
+NodesField = Annotated[
+    Annotated[Annotated[int, Field(ge=1)], Tag("count")] | Annotated[NodeRange, Tag("range")],
+    Discriminator(
+        _nodes_form,
+        custom_error_type="nodes_form",
+        custom_error_message="must be an integer or a table {min, max, preferred}",
+    ),
+]
+_UNION_TAGS = {"count", "range"}
+
+
+class JobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    nodes: NodesField
+    kind: JobKind | None = None
+    time_limit: str | int | None = None
+    working_dir: str | None = None
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+        default_factory=dict
+    )
+    output: Annotated[str, Field(min_length=1)] = "elastic-%j.out"
+    error: Annotated[str, Field(min_length=1)] | None = None
+    submit_offset: Annotated[float, Field(ge=0)] = 0.0
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_one_word(cls, v: str) -> str:
+        if any(c.isspace() or c == "/" or not c.isprintable() for c in v):
+            raise ValueError("must be one word without spaces, '/' or control characters")
+        return v
+
+    @field_validator("time_limit")
+    @classmethod
+    def _limit_parses(cls, v: str | int | None) -> str | int | None:
+        if v is not None:
+            parse_time_limit(v)
+        return v
+
+    @model_validator(mode="after")
+    def _kind_fits_nodes(self) -> "JobSpec":
+        if self.resolved_kind is JobKind.RIGID and isinstance(self.nodes, NodeRange):
+            if self.nodes.min != self.nodes.max:
+                raise ValueError(
+                    "nodes: a rigid job needs a fixed node count (nodes = N, or min == max)"
+                )
+        return self
+
+    @property
+    def resolved_kind(self) -> JobKind:
+        """A plain count means rigid and a range means moldable unless the file says more."""
+        if self.kind is not None:
+            return self.kind
+        return JobKind.RIGID if isinstance(self.nodes, int) else JobKind.MOLDABLE
+
+    @property
+    def node_bounds(self) -> tuple[int, int, int]:
+        """(min, max, preferred) whatever form the file used; preferred defaults to max."""
+        if isinstance(self.nodes, int):
+            return self.nodes, self.nodes, self.nodes
+        pref = self.nodes.preferred if self.nodes.preferred is not None else self.nodes.max
+        return self.nodes.min, self.nodes.max, pref
+
+    @property
+    def limit_seconds(self) -> int | None:
+        return None if self.time_limit is None else parse_time_limit(self.time_limit)
+
+
+def format_validation_errors(errors: list[dict], drop_prefix: tuple[str | int, ...] = ()) -> list[str]:
+    """One line per problem, naming the field by its dotted path, as users read job files."""
+    lines = []
+    for err in errors:
+        loc = list(err.get("loc", ()))
+        if drop_prefix and tuple(loc[: len(drop_prefix)]) == drop_prefix:
+            loc = loc[len(drop_prefix) :]
+        # Pydantic names union branches ("int", "NodeRange"); users know only field names.
+        loc = [p for p in loc if p not in _UNION_TAGS and not _is_branch_name(p)]
+        where = ".".join(str(p) for p in loc) or "(file)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        elif err.get("type") == "missing":
+            msg = "missing required field"
+        msg = msg.removeprefix("Value error, ")
+        if not loc and ": " in msg:
+            # Whole-model checks name their field at the start of the message.
+            lines.append(msg)
+            continue
+        lines.append(f"{where}: {msg}")
+    # A union failure reports once per branch; keep each distinct line once.
+    return list(dict.fromkeys(lines))
+
+
+def _is_branch_name(part: str | int) -> bool:
+    """Pydantic's names for union branches and validators, which no job file contains."""
+    return isinstance(part, str) and (
+        part in {"int", "str", "float", "constrained-int"} or "[" in part
+    )
