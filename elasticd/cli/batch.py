@@ -37,9 +37,13 @@ def run_batch(args: argparse.Namespace) -> int:
             continue
         for f in files:
             try:
-                specs.append(load_job_file(f))
+                spec = load_job_file(f)
             except JobFileError as exc:
                 problems.extend(f"{exc.path}: {p}" for p in exc.problems)
+                continue
+            if spec.node_bounds[0] > len(nodes):
+                problems.append(f"{f}: nodes: {spec.node_bounds[0]} nodes requested but --local gives {len(nodes)}")
+            specs.append(spec)
     if problems:
         raise JobFileError("batch", problems)
     if not specs:

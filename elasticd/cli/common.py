@@ -34,7 +34,7 @@ def run_tool(prog: str, body: Callable[[], int]) -> int:
     except DaemonError as exc:
         return fail(prog, f"{exc} [{exc.code}]", exc.details)
     except ElasticError as exc:
-        return fail(prog, str(exc))
+        return fail(prog, str(exc), getattr(exc, "problems", None))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -26,7 +26,7 @@ APP_VERBS = {
 }
 
 # Messages the daemon may send.
-DAEMON_VERBS = {"ok", "error", "shrink", "grow", "pong", "cancel"}
+DAEMON_VERBS = {"ok", "error", "shrink", "grow", "pong"}
 
 
 @dataclass(frozen=True)

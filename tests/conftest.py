@@ -1,0 +1,101 @@
+"""Fixtures that start real daemons on loopback and clean up every process they started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
+
+from elasticd.cli.elasticd_main import start_detached
+from elasticd.client import ControlClient
+from elasticd.statedir import DaemonRecord
+
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class RunningDaemon:
+    state_dir: Path
+    record: DaemonRecord
+    nodes: int
+
+    def client(self) -> ControlClient:
+        return ControlClient(self.record, "pytest")
+
+    def cli(self, tool: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a real console script against this daemon."""
+        env = {**os.environ, "ELASTIC_STATE_DIR": str(self.state_dir)}
+        return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+    def wait(self, job_ids: list[int], timeout: float = 30) -> None:
+        with self.client() as c:
+            assert c.request(Wait(job_ids=job_ids, timeout=timeout), timeout=timeout + 5)["done"], \
+                f"jobs {job_ids} did not end within {timeout} s"
+
+    def jobs(self, *job_ids: int) -> dict[int, dict]:
+        with self.client() as c:
+            doc = QueueDocument.model_validate(c.request(Queue(job_ids=list(job_ids) or None, all=True)))
+        return {j.job_id: j.model_dump() for j in doc.jobs}
+
+
+def stop_daemon(rec: DaemonRecord) -> None:
+    """Stop by request; if that fails, end that one pid (never by name)."""
+    try:
+        with ControlClient(rec, "pytest-teardown", timeout=5) as c:
+            c.request(Stop(), timeout=30)
+    except Exception:
+        pass
+    try:
+        p = psutil.Process(rec.pid)
+        p.wait(timeout=15)
+    except psutil.NoSuchProcess:
+        return
+    except psutil.TimeoutExpired:
+        p.kill()
+        pytest.fail(f"daemon {rec.pid} did not exit after stop")
+
+
+def start_daemon(state_dir: Path, nodes: int = 4, policy: str = "easy", kill_wait: float = 1.0) -> RunningDaemon:
+    rec = start_detached(state_dir, nodes, policy, kill_wait)
+    return RunningDaemon(state_dir, rec, nodes)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
+    d = start_daemon(tmp_path / "state")
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    w = tmp_path / "work"
+    w.mkdir()
+    return w
+
+
+def write_job(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(textwrap.dedent(body).lstrip())
+    return path
+
+
+def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

@@ -1,0 +1,213 @@
+"""A real daemon on loopback running real processes: the job life cycle end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+
+from conftest import RunningDaemon, wait_until, write_job
+
+
+def submit(d: RunningDaemon, path: Path) -> int:
+    r = d.cli("esubmit", "--parsable", str(path))
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip())
+
+
+def pids_in(folder: Path, pattern: str) -> list[int]:
+    return [int(p.read_text().split()[0]) for p in sorted(folder.glob(pattern))]
+
+
+def assert_gone(pids: list[int]) -> None:
+    for pid in pids:
+        assert wait_until(lambda: not _alive(pid), 5), f"process {pid} of a finished job is still alive"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_successful_job_completes_on_every_host_with_its_environment_and_output(daemon: RunningDaemon, workdir: Path) -> None:
+    job = write_job(workdir, "ok", '''
+        name = "envcheck"
+        command = ["sh", "-c", "echo $ELASTIC_JOB_ID $ELASTIC_HOST $ELASTIC_NODE_INDEX $ELASTIC_JOB_NUM_NODES $ELASTIC_JOB_HOSTS $FOO; cat $ELASTIC_HOSTFILE"]
+        nodes = 2
+        working_dir = "."
+        env = { FOO = "bar" }
+        output = "%x-%j-%t.out"
+        error = "%x-%j-%t.err"
+        time_limit = "1"
+    ''')
+    jid = submit(daemon, job)
+    daemon.wait([jid])
+    info = daemon.jobs(jid)[jid]
+    assert info["state"] == "COMPLETED"
+    assert info["exit"] == "0:0"
+    assert info["hosts"] == []  # nodes handed back
+    lines0 = (workdir / f"envcheck-{jid}-0.out").read_text().split("\n")
+    lines1 = (workdir / f"envcheck-{jid}-1.out").read_text().split("\n")
+    assert lines0[0] == f"{jid} node1 0 2 node1,node2 bar"
+    assert lines1[0] == f"{jid} node2 1 2 node1,node2 bar"
+    assert lines0[1:3] == ["node1", "node2"]
+    assert (workdir / f"envcheck-{jid}-0.err").exists()
+    assert [e["event"] for e in info["events"]] == ["submitted", "started", "ended"]
+    assert info["node_seconds"] >= 0
+
+
+def test_failing_job_is_failed_with_exit_code_and_signal_shown(daemon: RunningDaemon, workdir: Path) -> None:
+    code = submit(daemon, write_job(workdir, "f", '''
+        name = "fails"
+        command = ["sh", "-c", "exit 3"]
+        nodes = 1
+        working_dir = "."
+    '''))
+    killed = submit(daemon, write_job(workdir, "k", '''
+        name = "killed"
+        command = ["sh", "-c", "kill -9 $$"]
+        nodes = 1
+        working_dir = "."
+    '''))
+    daemon.wait([code, killed])
+    jobs = daemon.jobs(code, killed)
+    assert (jobs[code]["state"], jobs[code]["exit"]) == ("FAILED", "3:0")
+    assert (jobs[killed]["state"], jobs[killed]["exit"]) == ("FAILED", "0:9")
+    q = daemon.cli("equeue", "--all")
+    assert "3:0" in q.stdout and "0:9" in q.stdout
+
+
+def test_job_past_its_time_limit_is_terminated_and_marked_timeout(daemon: RunningDaemon, workdir: Path) -> None:
+    # Ignores SIGTERM, so the daemon must follow up with SIGKILL after kill-wait (1 s here).
+    jid = submit(daemon, write_job(workdir, "t", '''
+        name = "sleepy"
+        command = ["sh", "-c", "trap '' TERM; echo $$ > main.pid; sleep 300 & echo $! > child.pid; wait"]
+        nodes = 1
+        working_dir = "."
+        time_limit = "0:01"
+    '''))
+    daemon.wait([jid], timeout=20)
+    info = daemon.jobs(jid)[jid]
+    assert info["state"] == "TIMEOUT"
+    assert info["reason"] == "time limit reached"
+    assert 1.0 <= info["time_used"] < 10
+    assert_gone(pids_in(workdir, "*.pid"))
+
+
+def test_leftover_background_processes_of_a_finished_job_are_ended(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, write_job(workdir, "bg", '''
+        name = "bg"
+        command = ["sh", "-c", "sleep 300 & echo $! > child-$ELASTIC_NODE_INDEX.pid; exit 0"]
+        nodes = 2
+        working_dir = "."
+    '''))
+    daemon.wait([jid])
+    assert daemon.jobs(jid)[jid]["state"] == "COMPLETED"
+    pids = pids_in(workdir, "child-*.pid")
+    assert len(pids) == 2
+    assert_gone(pids)
+
+
+def test_cancel_pending_and_running_jobs(daemon: RunningDaemon, workdir: Path) -> None:
+    running = submit(daemon, write_job(workdir, "r", '''
+        name = "big"
+        command = ["sh", "-c", "echo $$ > big-$ELASTIC_NODE_INDEX.pid; exec sleep 300"]
+        nodes = 4
+        working_dir = "."
+    '''))
+    pending = submit(daemon, write_job(workdir, "p", '''
+        name = "waiting"
+        command = ["true"]
+        nodes = 1
+        working_dir = "."
+    '''))
+    assert wait_until(lambda: len(list(workdir.glob("big-*.pid"))) == 4)
+    assert daemon.jobs(pending)[pending]["state"] == "PENDING"
+    r = daemon.cli("ecancel", str(pending))
+    assert r.returncode == 0, r.stderr
+    assert daemon.jobs(pending)[pending]["state"] == "CANCELLED"
+    r = daemon.cli("ecancel", str(running))
+    assert r.returncode == 0, r.stderr
+    daemon.wait([running])
+    info = daemon.jobs(running)[running]
+    assert info["state"] == "CANCELLED"
+    assert info["start_time"] is not None
+    assert_gone(pids_in(workdir, "big-*.pid"))
+    status = json.loads(daemon.cli("elasticd", "status", "--json").stdout)
+    assert all(n["state"] == "idle" for n in status["nodes"])
+
+
+def test_cancel_of_unknown_job_names_it_and_touches_nothing(daemon: RunningDaemon) -> None:
+    r = daemon.cli("ecancel", "999")
+    assert r.returncode == 1
+    assert "no such job: 999" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_equeue_json_document_has_every_field_even_when_unknown(daemon: RunningDaemon, workdir: Path) -> None:
+    blocker = submit(daemon, write_job(workdir, "b", '''
+        name = "blocker"
+        command = ["sleep", "300"]
+        nodes = 4
+        working_dir = "."
+    '''))
+    waiting = submit(daemon, write_job(workdir, "w", '''
+        name = "waiting"
+        command = ["true"]
+        nodes = { min = 1, max = 2 }
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "2-00:00"
+    '''))
+    r = daemon.cli("equeue", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["version"] == 1
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    w = by_id[waiting]
+    assert w["state"] == "PENDING"
+    assert w["start_time"] is None and w["end_time"] is None and w["exit_code"] is None
+    assert (w["nodes_min"], w["nodes_max"], w["nodes_preferred"]) == (1, 2, 2)
+    assert w["time_limit"] == 2 * 86400
+    expected = {"job_id", "name", "kind", "state", "reason", "nodes", "nodes_min", "nodes_max",
+                "nodes_preferred", "hosts", "submit_time", "start_time", "end_time", "time_limit",
+                "time_used", "exit_code", "exit_signal", "exit", "command", "working_dir",
+                "output_path", "error_path", "node_seconds", "events"}
+    assert set(w) == expected and set(by_id[blocker]) == expected
+    assert by_id[blocker]["hosts"] == ["node1", "node2", "node3", "node4"]
+    table = daemon.cli("equeue").stdout.splitlines()
+    assert table[0].split()[:4] == ["JOBID", "NAME", "KIND", "STATE"]
+    assert any("node[1-4]" in line and "RUNNING" in line for line in table)
+    assert any("PENDING" in line and "2-00:00:00" in line for line in table)
+    daemon.cli("ecancel", str(blocker), str(waiting))
+
+
+def test_stop_ends_running_jobs_cleanly_and_says_so(tmp_path: Path, workdir: Path) -> None:
+    from conftest import start_daemon, stop_daemon
+
+    d = start_daemon(tmp_path / "s")
+    try:
+        jid = submit(d, write_job(workdir, "s", '''
+            name = "forever"
+            command = ["sh", "-c", "echo $$ > f.pid; exec sleep 300"]
+            nodes = 2
+            working_dir = "."
+        '''))
+        assert wait_until(lambda: (workdir / "f.pid").exists())
+        r = d.cli("elasticd", "stop")
+        assert r.returncode == 0, r.stderr
+        assert f"ended running job(s) {jid}" in r.stdout
+        assert_gone(pids_in(workdir, "f.pid") + [d.record.pid])
+        s = d.cli("elasticd", "status")
+        assert s.returncode == 1 and "not running" in s.stdout
+    finally:
+        stop_daemon(d.record)
+
+
+def test_status_shows_nodes_and_policy(daemon: RunningDaemon) -> None:
+    r = daemon.cli("elasticd", "status")
+    assert r.returncode == 0, r.stderr
+    assert "policy easy" in r.stdout and "mode local" in r.stdout
+    assert "nodes: 4 (4 idle)" in r.stdout
