@@ -59,3 +59,18 @@ class JobFileError(ElasticError):
         super().__init__(f"{path}: invalid job file")
         self.path = path
         self.problems = problems
+
+
+class OrderRejected(ElasticError):
+    """An application's message that does not fit the job's order state; sent back to it
+    as a typed error line, the job and the order stay as they were."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ResizeRejected(ElasticError):
+    """A resize asked for by a user that the job cannot take now; says why."""
+
+    code = "resize_rejected"

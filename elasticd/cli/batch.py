@@ -17,6 +17,7 @@ from pathlib import Path
 from elastic_protocol.control import Queue, QueueDocument, Stop, Submit, Wait
 from elastic_protocol.timefmt import format_duration
 
+from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
 from elasticd.client import ControlClient
 from elasticd.errors import ElasticError, JobFileError
 from elasticd.jobfile import job_files, load_job_file
@@ -24,8 +25,6 @@ from elasticd.metrics import JobRecord, job_metrics, summarize
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    from elasticd.cli.elasticd_main import node_names_for, start_detached
-
     nodes = node_names_for(args)
     specs = []
     problems: list[str] = []
@@ -51,7 +50,7 @@ def run_batch(args: argparse.Namespace) -> int:
     specs.sort(key=lambda s: 0.0 if args.no_offsets else s.submit_offset)
 
     state_dir = Path(tempfile.mkdtemp(prefix="elastic-run-"))
-    rec = start_detached(state_dir, len(nodes), args.policy, args.kill_wait)
+    rec = start_detached(state_dir, len(nodes), args.policy, args.kill_wait, extra=tuning_args(args))
     print(f"elasticd run: {len(specs)} jobs on {len(nodes)} local nodes, policy {args.policy} (daemon pid {rec.pid})")
     try:
         with ControlClient(rec, "elasticd-run") as c:

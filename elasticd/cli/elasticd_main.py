@@ -5,21 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from elasticd import __version__
 from elasticd.cli.batch import run_batch
+from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
 from elasticd.cli.common import add_state_dir, fail, run_tool
 from elasticd.client import ControlClient
-from elasticd.errors import DaemonNotRunning, ElasticError
+from elasticd.errors import DaemonNotRunning
 from elasticd.policies import POLICIES
-from elasticd.statedir import LOG_FILE, default_state_dir, pid_alive, prepare, read_record, running_daemon
+from elasticd.statedir import default_state_dir, pid_alive, prepare, running_daemon
 
-from elastic_protocol.control import StatusInfo, Status, Stop
+from elastic_protocol.control import Resize, Status, StatusInfo, Stop
 
 
 def _common_start_args(p: argparse.ArgumentParser) -> None:
@@ -27,6 +26,10 @@ def _common_start_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="easy", choices=sorted(POLICIES), help="scheduling policy (default: easy)")
     p.add_argument("--kill-wait", type=float, default=5.0, metavar="S",
                    help="seconds between SIGTERM and SIGKILL when a job is ended (default 5)")
+    p.add_argument("--order-deadline", type=float, default=30.0, metavar="S",
+                   help="seconds an application has to answer a shrink or grow order (default 30)")
+    p.add_argument("--min-resize-interval", type=float, default=10.0, metavar="S",
+                   help="malleable policy: least seconds between two resizes of one job (default 10)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--json", action="store_true")
     add_state_dir(ss)
 
+    rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
+    rz.add_argument("job_id", type=int)
+    rz.add_argument("nodes", type=int)
+    add_state_dir(rz)
+
     r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")
     r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR")
     _common_start_args(r)
@@ -63,17 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---- start ---------------------------------------------------------------------------
-def node_names_for(args: argparse.Namespace) -> list[str]:
-    if args.local is None:
-        raise ElasticError(
-            "say how many virtual nodes to manage with --local N "
-            "(cluster mode inside a Slurm allocation is not available in this version)"
-        )
-    if args.local < 1:
-        raise ElasticError("--local needs at least 1 node")
-    return [f"node{i}" for i in range(1, args.local + 1)]
-
-
 def cmd_start(args: argparse.Namespace) -> int:
     state_dir = prepare(args.state_dir or default_state_dir())
     nodes = node_names_for(args)
@@ -87,35 +84,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.foreground:
         return _serve_foreground(args, state_dir, nodes)
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
-                         log_level=args.log_level)
+                         log_level=args.log_level, extra=tuning_args(args))
     print(f"elasticd started (pid {rec.pid}): {len(nodes)} local nodes node[1-{len(nodes)}], policy {args.policy}")
     print(f"  control channel {rec.control_address}, applications {rec.app_address}")
     print(f"  state and log in {state_dir}")
     return 0
-
-
-def start_detached(state_dir: Path, local: int, policy: str, kill_wait: float, listen: str = "127.0.0.1",
-                   log_level: str = "INFO", timeout: float = 20.0):
-    """Start `elasticd start --foreground` in its own session and wait for its address."""
-    state_dir = prepare(state_dir)
-    log_path = state_dir / LOG_FILE
-    cmd = [sys.executable, "-m", "elasticd.cli.elasticd_main", "start", "--foreground",
-           "--local", str(local), "--policy", policy, "--kill-wait", str(kill_wait),
-           "--listen", listen, "--log-level", log_level, "--state-dir", str(state_dir)]
-    with open(log_path, "ab") as logf:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                                 start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rec = read_record(state_dir)
-        if rec is not None and rec.pid == child.pid:
-            return rec
-        if child.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-            raise ElasticError("the daemon exited at start:\n  " + "\n  ".join(tail))
-        time.sleep(0.02)
-    child.terminate()
-    raise ElasticError(f"the daemon did not come up within {timeout:.0f} s; see {log_path}")
 
 
 def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: list[str]) -> int:
@@ -126,7 +99,8 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: list[str
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = DaemonConfig(state_dir=state_dir, node_names=nodes, policy=args.policy,
-                       listen_host=args.listen, app_host=args.listen, kill_wait=args.kill_wait)
+                       listen_host=args.listen, app_host=args.listen, kill_wait=args.kill_wait,
+                       order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval)
 
     async def serve() -> None:
         await Daemon(cfg).serve()
@@ -179,7 +153,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch}
+def cmd_resize(args: argparse.Namespace) -> int:
+    with ControlClient.connect(args.state_dir, "elasticd-resize") as c:
+        c.request(Resize(job_id=args.job_id, nodes=args.nodes))
+    print(f"job {args.job_id}: ordered to {args.nodes} nodes")
+    return 0
+
+
+_COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch, "resize": cmd_resize}
 
 if __name__ == "__main__":
     sys.exit(main())

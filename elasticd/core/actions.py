@@ -22,4 +22,34 @@ class Terminate:
     ending_as: JobState
 
 
-Action = Launch | Terminate
+@dataclass(frozen=True)
+class LaunchJoining:
+    """Start the job's command on new hosts of a running job (a grow); `all_hosts` is the
+    job's host list including them, in order."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+    all_hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SendOrder:
+    job_id: int
+    order_id: int
+    kind: str  # "shrink" | "grow"
+    count: int
+    hosts: tuple[str, ...]  # the new hosts of a grow; empty for a shrink
+    deadline_s: float
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """Make sure no process of the job is left on these hosts: let them exit on their own
+    for `grace` seconds, then end them; report with Core.hosts_gone."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+    grace: float
+
+
+Action = Launch | Terminate | LaunchJoining | SendOrder | Reclaim

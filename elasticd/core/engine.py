@@ -2,36 +2,56 @@
 
 Every method takes `now` from its caller and returns the actions to carry out; nothing here
 waits, sleeps or does I/O. Nodes are handed back only when the driver reports that a job's
-processes are gone (`exited`), never when an end is merely requested.
+processes on them are gone (`exited`, `hosts_gone`), never when an end is merely asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from elastic_protocol.jobspec import JobSpec
+from elastic_protocol.jobspec import JobKind, JobSpec
 
-from elasticd.core.actions import Action, Launch, Terminate
+from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.job import Job
 from elasticd.core.nodes import NodeTable
+from elasticd.core.orders import Order
 from elasticd.core.states import JobState
-from elasticd.errors import InvalidTransition, JobRejected, PolicyError, UnknownJob
+from elasticd.errors import (
+    InvalidTransition,
+    JobRejected,
+    OrderRejected,
+    PolicyError,
+    ResizeRejected,
+    UnknownJob,
+)
 from elasticd.policies.base import (
     Decision,
+    Grow,
     PendingView,
     Policy,
     RunningView,
+    Shrink,
     Snapshot,
     Start,
 )
 
+RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
+
 
 class Core:
-    def __init__(self, node_names: Iterable[str], policy: Policy, first_job_id: int = 1) -> None:
+    def __init__(
+        self,
+        node_names: Iterable[str],
+        policy: Policy,
+        first_job_id: int = 1,
+        order_deadline: float = 30.0,
+    ) -> None:
         self.nodes = NodeTable(list(node_names))
         self.policy = policy
+        self.order_deadline = order_deadline
         self.jobs: dict[int, Job] = {}
         self._next_id = first_job_id
+        self._next_order = 1
         # Pending job ids in queue order; dicts keep insertion order and delete in O(1).
         self._pending: dict[int, None] = {}
         self._active: dict[int, None] = {}
@@ -52,37 +72,56 @@ class Core:
         """Jobs holding nodes (RUNNING or RESIZING, including those being ended)."""
         return list(self._active)
 
+    def can_take_order(self, job: Job, now: float) -> bool:
+        return (
+            job.state is JobState.RUNNING
+            and job.malleable_ready
+            and not job.deregistered
+            and job.order is None
+            and not job.leaving
+            and job.ending_as is None
+            and now >= job.no_orders_until
+        )
+
     def snapshot(self, now: float) -> Snapshot:
         pending = []
         for jid in self._pending:
             j = self.jobs[jid]
             lo, hi, pref = j.bounds
-            pending.append(
-                PendingView(jid, j.submit_time, j.kind, lo, hi, pref, j.time_limit)
-            )
+            pending.append(PendingView(jid, j.submit_time, j.kind, lo, hi, pref, j.time_limit))
         running = []
+        incoming = 0
         for jid in self._active:
             j = self.jobs[jid]
             lo, hi, pref = j.bounds
             assert j.start_time is not None
+            if j.ending_as is None:
+                incoming += len(j.leaving)
+            else:
+                incoming += j.size
             running.append(
                 RunningView(
                     job_id=jid,
                     kind=j.kind,
-                    size=j.size,
+                    size=j.size - len(j.leaving),
                     min_nodes=lo,
                     max_nodes=hi,
                     preferred=pref,
                     start_time=j.start_time,
                     time_limit=j.time_limit,
-                    malleable_ready=j.malleable_ready,
+                    malleable_ready=self.can_take_order(j, now),
                     last_resize=j.last_resize,
                     ending=j.ending_as is not None,
+                    resizing=j.order is not None or bool(j.leaving),
+                    requested=j.requested,
+                    requested_at=j.requested_at,
                 )
             )
-        return Snapshot(now, self.nodes.total, self.nodes.free_count, tuple(pending), tuple(running))
+        return Snapshot(
+            now, self.nodes.total, self.nodes.free_count, tuple(pending), tuple(running), incoming
+        )
 
-    # ---- events --------------------------------------------------------------------
+    # ---- submission and scheduling ---------------------------------------------------
     def check_fits(self, spec: JobSpec) -> None:
         """Reject at submit time what could never start here, one problem per line."""
         lo, _hi, _pref = spec.node_bounds
@@ -103,7 +142,7 @@ class Core:
 
     def schedule(self, now: float) -> list[Action]:
         """Ask the policy, then carry its decisions out; call after any event."""
-        if not self._pending:
+        if not self._pending and not self._active:
             return []
         decisions = self.policy.decide(self.snapshot(now))
         actions: list[Action] = []
@@ -113,29 +152,249 @@ class Core:
 
     def _apply(self, d: Decision, now: float) -> list[Action]:
         if isinstance(d, Start):
-            job = self.jobs.get(d.job_id)
-            if job is None or job.state is not JobState.PENDING:
-                raise PolicyError(f"{self.policy.name}: start of job {d.job_id}, which is not pending")
-            lo, hi, _ = job.bounds
-            if not lo <= d.nodes <= hi:
-                raise PolicyError(
-                    f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, outside {lo}..{hi}"
-                )
-            if d.nodes > self.nodes.free_count:
-                raise PolicyError(
-                    f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, "
-                    f"{self.nodes.free_count} free"
-                )
-            job.hosts = self.nodes.allocate(job.job_id, d.nodes)
-            job.state = JobState.RUNNING
-            job.start_time = now
-            job.account(now)
-            del self._pending[job.job_id]
-            self._active[job.job_id] = None
-            job.record(now, "started")
-            return [Launch(job.job_id, tuple(job.hosts))]
-        raise PolicyError(f"{self.policy.name}: {type(d).__name__} is not supported yet")
+            return self._start(d, now)
+        if isinstance(d, Shrink):
+            return self._order_shrink(d, now)
+        if isinstance(d, Grow):
+            return self._order_grow(d, now)
+        raise PolicyError(f"{self.policy.name}: unknown decision {d!r}")
 
+    def _start(self, d: Start, now: float) -> list[Action]:
+        job = self.jobs.get(d.job_id)
+        if job is None or job.state is not JobState.PENDING:
+            raise PolicyError(f"{self.policy.name}: start of job {d.job_id}, which is not pending")
+        lo, hi, _ = job.bounds
+        if not lo <= d.nodes <= hi:
+            raise PolicyError(
+                f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, outside {lo}..{hi}"
+            )
+        if d.nodes > self.nodes.free_count:
+            raise PolicyError(
+                f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, "
+                f"{self.nodes.free_count} free"
+            )
+        job.hosts = self.nodes.allocate(job.job_id, d.nodes)
+        job.state = JobState.RUNNING
+        job.start_time = now
+        job.account(now)
+        del self._pending[job.job_id]
+        self._active[job.job_id] = None
+        job.record(now, "started")
+        return [Launch(job.job_id, tuple(job.hosts))]
+
+    def _resizable(self, job_id: int, what: str, now: float) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or job_id not in self._active:
+            raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which is not running")
+        if job.kind not in RESIZABLE or not self.can_take_order(job, now):
+            raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which cannot take an order now")
+        return job
+
+    def _order_shrink(self, d: Shrink, now: float) -> list[Action]:
+        job = self._resizable(d.job_id, "shrink", now)
+        lo, _hi, _ = job.bounds
+        if not 1 <= d.by <= job.size - lo:
+            raise PolicyError(
+                f"{self.policy.name}: shrink of job {d.job_id} by {d.by} from {job.size} (min {lo})"
+            )
+        order = self._new_order(job, "shrink", d.by, (), now)
+        job.record(now, "shrink_ordered", f"order {order.order_id}: shrink by {d.by}")
+        return [SendOrder(job.job_id, order.order_id, "shrink", d.by, (), self.order_deadline)]
+
+    def _order_grow(self, d: Grow, now: float) -> list[Action]:
+        job = self._resizable(d.job_id, "grow", now)
+        _lo, hi, _ = job.bounds
+        if not 1 <= d.by <= min(hi - job.size, self.nodes.free_count):
+            raise PolicyError(
+                f"{self.policy.name}: grow of job {d.job_id} by {d.by} from {job.size} "
+                f"(max {hi}, {self.nodes.free_count} free)"
+            )
+        job.account(now)
+        new = tuple(self.nodes.allocate(job.job_id, d.by))
+        job.hosts.extend(new)
+        if job.requested:
+            job.requested = max(0, job.requested - d.by)
+        order = self._new_order(job, "grow", d.by, new, now)
+        job.record(now, "grow_ordered", f"order {order.order_id}: grow by {d.by}")
+        return [
+            LaunchJoining(job.job_id, new, tuple(job.hosts)),
+            SendOrder(job.job_id, order.order_id, "grow", d.by, new, self.order_deadline),
+        ]
+
+    def _new_order(self, job: Job, kind: str, count: int, new: tuple[str, ...], now: float) -> Order:
+        order = Order(self._next_order, job.job_id, kind, count, new, now, now + self.order_deadline)
+        self._next_order += 1
+        job.order = order
+        job.state = JobState.RESIZING
+        return order
+
+    def resize(self, job_id: int, nodes: int, now: float) -> list[Action]:
+        """A user's order (not a policy's): same checks, the problem said in words."""
+        job = self.job(job_id)
+        lo, hi, _ = job.bounds
+        if job.kind not in RESIZABLE:
+            raise ResizeRejected(f"job {job_id} is {job.kind.value}; only malleable and evolving jobs resize")
+        if job_id not in self._active:
+            raise ResizeRejected(f"job {job_id} is {job.state.value}, not running")
+        if not self.can_take_order(job, now):
+            why = "it has not registered a handler" if not job.malleable_ready else "it is busy with another order"
+            raise ResizeRejected(f"job {job_id} cannot take an order now: {why}")
+        if not lo <= nodes <= hi:
+            raise ResizeRejected(f"job {job_id} runs on {lo} to {hi} nodes, not {nodes}")
+        if nodes < job.size:
+            return self._order_shrink(Shrink(job_id, job.size - nodes), now)
+        if nodes > job.size:
+            if nodes - job.size > self.nodes.free_count:
+                raise ResizeRejected(f"only {self.nodes.free_count} nodes are free")
+            return self._order_grow(Grow(job_id, nodes - job.size), now)
+        return []
+
+    # ---- the application's side of an order -----------------------------------------
+    def _current_order(self, job: Job, order_id: int, kind: str | None = None) -> Order:
+        order = job.order
+        if order is None or order.order_id != order_id or order.settled is not None:
+            raise OrderRejected("unknown_order", f"order {order_id} is not open for job {job.job_id}")
+        if kind is not None and order.kind != kind:
+            raise OrderRejected("unknown_order", f"order {order_id} is a {order.kind}, not a {kind}")
+        return order
+
+    def answer_shrink(self, job_id: int, order_id: int, hosts: list[str], now: float) -> list[Action]:
+        """The application released these hosts: end what is left of the job there."""
+        job = self.job(job_id)
+        order = self._current_order(job, order_id, "shrink")
+        if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
+            raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
+        foreign = [h for h in hosts if h not in job.hosts or h in job.leaving]
+        if foreign:
+            raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
+        order.settled = "shrunk"
+        job.leaving.update(hosts)
+        return [Reclaim(job_id, tuple(hosts), 0.0)]
+
+    def answer_grow(self, job_id: int, order_id: int, hosts: list[str], now: float) -> None:
+        """The application runs on every host of the job, the new ones included."""
+        job = self.job(job_id)
+        order = self._current_order(job, order_id, "grow")
+        if sorted(hosts) != sorted(job.hosts):
+            raise OrderRejected(
+                "bad_hosts", f"grow: name every host the job now uses: {' '.join(job.hosts)}"
+            )
+        job.order = None
+        job.state = JobState.RUNNING
+        job.last_resize = now
+        job.record(now, "grown", f"order {order.order_id}: +{order.count}")
+
+    def refuse_order(
+        self, job_id: int, order_id: int, now: float, reason: str = "", defer: float | None = None
+    ) -> list[Action]:
+        job = self.job(job_id)
+        order = self._current_order(job, order_id)
+        if defer is not None:
+            job.no_orders_until = now + defer
+            job.record(now, "deferred", f"order {order_id}: {defer:g} s")
+            return self._drop_order(job, order, "deferred", now)
+        job.record(now, "refused", f"order {order_id}: {reason}".strip())
+        return self._drop_order(job, order, "refused", now)
+
+    def order_deadline_passed(self, job_id: int, order_id: int, now: float) -> list[Action]:
+        """No answer in time: the daemon decides for the application."""
+        job = self.jobs.get(job_id)
+        if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
+            return []
+        order = job.order
+        if order.kind == "shrink":
+            keep = [h for h in job.hosts if h not in job.leaving]
+            chosen = keep[-order.count :]
+            order.settled = "deadline_missed"
+            job.leaving.update(chosen)
+            job.record(now, "deadline_missed", f"order {order_id}: ending the job on {' '.join(chosen)}")
+            return [Reclaim(job_id, tuple(chosen), 0.0)]
+        job.record(now, "deadline_missed", f"order {order_id}: taking back {' '.join(order.new_hosts)}")
+        return self._drop_order(job, order, "deadline_missed", now)
+
+    def order_undeliverable(self, job_id: int, order_id: int, now: float) -> list[Action]:
+        """The application's connection was gone when the order was to be sent or answered."""
+        job = self.jobs.get(job_id)
+        if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
+            return []
+        job.record(now, "order_failed", f"order {order_id}: application not connected")
+        return self._drop_order(job, job.order, "order_failed", now)
+
+    def _drop_order(self, job: Job, order: Order, why: str, now: float) -> list[Action]:
+        if order.kind == "grow" and order.new_hosts:
+            order.settled = why
+            job.leaving.update(order.new_hosts)
+            return [Reclaim(job.job_id, order.new_hosts, 0.0)]
+        job.order = None
+        if job.state is JobState.RESIZING:
+            job.state = JobState.RUNNING
+        return []
+
+    def hosts_gone(self, job_id: int, hosts: list[str], now: float) -> None:
+        """The driver verified that no process of the job is left on these hosts."""
+        job = self.job(job_id)
+        if job.job_id not in self._active:
+            return  # the whole job ended meanwhile; its nodes are already free
+        mine = [h for h in hosts if h in job.leaving]
+        job.account(now)
+        self.nodes.release(job_id, mine)
+        for h in mine:
+            job.hosts.remove(h)
+            job.leaving.discard(h)
+        job.account(now)
+        order = job.order
+        if order is not None and order.settled and not job.leaving:
+            if order.settled == "shrunk":
+                job.record(now, "shrunk", f"order {order.order_id}: -{order.count}")
+                job.last_resize = now
+            elif order.settled == "deadline_missed" and order.kind == "shrink":
+                job.record(now, "shrunk", f"order {order.order_id}: -{order.count} (deadline missed)")
+                job.last_resize = now
+            job.order = None
+            if job.state is JobState.RESIZING:
+                job.state = JobState.RUNNING
+        elif order is None and mine:
+            job.record(now, "released", " ".join(mine))
+            job.last_resize = now
+
+    # ---- registration and evolving requests ---------------------------------------------
+    def set_registered(self, job_id: int, registered: bool, now: float, final: bool = False) -> None:
+        job = self.job(job_id)
+        if final:
+            job.deregistered = True
+        job.malleable_ready = registered and not job.deregistered
+        job.record(now, "registered" if registered else ("deregistered" if final else "unregistered"))
+
+    def request_nodes(self, job_id: int, count: int, now: float) -> None:
+        job = self.job(job_id)
+        if job.kind is not JobKind.EVOLVING:
+            raise OrderRejected("bad_request", f"job {job_id} is {job.kind.value}; only evolving jobs request nodes")
+        _lo, hi, _ = job.bounds
+        room = hi - (job.size - len(job.leaving))
+        if count > room:
+            raise OrderRejected("bad_request", f"request {count}: job {job_id} may grow by at most {room}")
+        job.requested = count
+        job.requested_at = now
+        job.record(now, "requested", f"{count} nodes")
+
+    def release_hosts(self, job_id: int, hosts: list[str], now: float) -> list[Action]:
+        job = self.job(job_id)
+        if job.kind is not JobKind.EVOLVING:
+            raise OrderRejected("bad_request", f"job {job_id} is {job.kind.value}; only evolving jobs release nodes")
+        if job.order is not None:
+            raise OrderRejected("busy", f"job {job_id} has order {job.order.order_id} open; answer it first")
+        if len(set(hosts)) != len(hosts) or not hosts:
+            raise OrderRejected("bad_hosts", "release: name distinct hosts")
+        foreign = [h for h in hosts if h not in job.hosts or h in job.leaving]
+        if foreign:
+            raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
+        lo, _hi, _ = job.bounds
+        if job.size - len(job.leaving) - len(hosts) < lo:
+            raise OrderRejected("bad_hosts", f"release: job {job_id} may not go below {lo} nodes")
+        job.leaving.update(hosts)
+        return [Reclaim(job_id, tuple(hosts), 0.0)]
+
+    # ---- ending ----------------------------------------------------------------------------
     def cancel(self, job_id: int, now: float) -> list[Action]:
         job = self.job(job_id)
         if job.state is JobState.PENDING:
@@ -193,6 +452,12 @@ class Core:
         job.account(now)
         self.nodes.release(job.job_id, job.hosts)
         self._active.pop(job.job_id, None)
+        if job.order is not None:
+            job.record(now, "order_dropped", f"order {job.order.order_id}: job ended")
+            job.order = None
+        job.leaving.clear()
+        job.requested = 0
+        job.malleable_ready = False
         job.state = state
         job.end_time = now
         job.exit_code = exit_code

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind, JobSpec
 
+from elasticd.core.orders import Order
 from elasticd.core.states import JobState
 
 
@@ -34,7 +35,17 @@ class Job:
     # ends in once its processes are verified gone, whatever their exit status.
     ending_as: JobState | None = None
     malleable_ready: bool = False
+    # Deregistered before a final phase: never another order, even after a new register.
+    deregistered: bool = False
     last_resize: float | None = None
+    order: Order | None = None
+    # Hosts whose processes are being reclaimed (shrink, release, refused grow); they stay
+    # owned by the job until the driver reports them gone.
+    leaving: set[str] = field(default_factory=set)
+    # An evolving job's outstanding request for more nodes.
+    requested: int = 0
+    requested_at: float | None = None
+    no_orders_until: float = 0.0
     events: list[JobEvent] = field(default_factory=list)
     node_seconds: float = 0.0
     _size_since: float | None = None

@@ -11,16 +11,35 @@ import asyncio
 import hmac
 import logging
 
-from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse
-from elastic_protocol.errors import FrameTooLong, ProtocolError
+from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, parse_count
+from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
 
 from elasticd.daemon.service import Daemon
+from elasticd.errors import OrderRejected, UnknownJob
 
 log = logging.getLogger("elasticd.app")
 
 MAX_BAD_LINES = 5
+MAX_VALUES = 1024
+# Orders are small; a peer that does not read them for this long is not a peer.
+MAX_OUTBOUND_BYTES = 1 << 20
+
+
+class _Link:
+    """One authenticated application connection; what the daemon sends orders through."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    def send(self, line: bytes) -> bool:
+        if self.writer.is_closing():
+            return False
+        if self.writer.transport.get_write_buffer_size() > MAX_OUTBOUND_BYTES:
+            return False
+        self.writer.write(line)
+        return True
 
 
 class AppServer:
@@ -44,6 +63,7 @@ class AppServer:
             return
         d.connections += 1
         self._writers.add(writer)
+        link = _Link(writer)
         job_id: int | None = None
         try:
             job_id = await self._hello(reader, writer, peer)
@@ -60,14 +80,24 @@ class AppServer:
                 if line is None:
                     break
                 try:
-                    reply = self._serve(job_id, parse(line, APP_VERBS))
-                except ProtocolError as exc:
+                    reply = self._serve(job_id, parse(line, APP_VERBS), link)
+                except MalformedMessage as exc:
                     bad += 1
                     log.warning("app: job %d sent a bad line (%d/%d): %s", job_id, bad, MAX_BAD_LINES, exc)
                     writer.write(error_line(exc.code, str(exc)) + b"\n")
                     if bad >= MAX_BAD_LINES:
-                        log.warning("app: job %d: too many bad lines; closing, job runs on as rigid", job_id)
+                        log.warning("app: job %d: too many bad lines; closing, the job runs on as rigid", job_id)
                         break
+                    continue
+                except (OrderRejected, ProtocolError) as exc:
+                    log.info("app: job %d: %s: %s", job_id, exc.code, exc)
+                    writer.write(error_line(exc.code, str(exc)) + b"\n")
+                    continue
+                except UnknownJob:
+                    break  # the job is gone (ended meanwhile)
+                except Exception:
+                    log.exception("app: job %d: internal error", job_id)
+                    writer.write(error_line("internal", "internal error; see the daemon log") + b"\n")
                     continue
                 writer.write(reply.encode() + b"\n")
                 await writer.drain()
@@ -79,7 +109,7 @@ class AppServer:
             d.connections -= 1
             self._writers.discard(writer)
             if job_id is not None:
-                self._lost(job_id)
+                d.app_lost(job_id, link)
             writer.close()
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> int | None:
@@ -99,7 +129,7 @@ class AppServer:
             return None
         version, job_text, secret = msg.args
         if version != str(PROTOCOL_VERSION):
-            writer.write(error_line("version_mismatch", f"daemon speaks version {PROTOCOL_VERSION}") + b"\n")
+            writer.write(error_line("version_mismatch", f"daemon speaks version {PROTOCOL_VERSION}, not {version[:16]}") + b"\n")
             return None
         expected = self.daemon.job_secrets.get(int(job_text)) if job_text.isdigit() else None
         if expected is None or not hmac.compare_digest(secret.encode(), expected.encode()):
@@ -110,21 +140,58 @@ class AppServer:
         await writer.drain()
         return int(job_text)
 
-    def _serve(self, job_id: int, msg: Message) -> str:
+    def _serve(self, job_id: int, msg: Message, link: _Link) -> str:
         d = self.daemon
-        if msg.verb == "ping":
+        verb = msg.verb
+        if verb == "ping":
             return "pong"
-        if msg.verb == "hello":
-            raise ProtocolError("hello was already received on this connection")
-        if msg.verb == "register":
-            d.set_malleable_ready(job_id, True)
+        if verb == "hello":
+            raise OrderRejected("bad_request", "hello was already received on this connection")
+        if verb == "register":
+            job = d.core.job(job_id)
+            if job.deregistered:
+                raise OrderRejected("deregistered", f"job {job_id} deregistered for good")
+            d.app_register(job_id, link)
             return "ok register"
-        if msg.verb == "deregister":
-            d.set_malleable_ready(job_id, False)
+        if verb == "deregister":
+            d.app_deregister(job_id)
             return "ok deregister"
-        raise ProtocolError(f"{msg.verb}: no order is outstanding for job {job_id}")
+        if verb in ("shrunk", "grown", "refuse", "defer"):
+            order_id = _order_id(msg)
+            if d.app_links.get(job_id) is not link:
+                raise OrderRejected("not_registered", "answers come from the registered connection")
+            text = " ".join(msg.args)
+            d.app_answer(job_id, verb, order_id, list(msg.args), text)
+            return f"ok {verb} order={order_id}"
+        if verb == "request":
+            n = parse_count(msg)
+            d.app_request(job_id, n)
+            return f"ok request {n}"
+        if verb == "release":
+            if not msg.args:
+                raise MalformedMessage("release: name the hosts to release")
+            d.app_release(job_id, list(msg.args))
+            return "ok release " + " ".join(msg.args)
+        if verb == "put":
+            if len(msg.args) != 2:
+                raise MalformedMessage("put: needs KEY VALUE (tokens without spaces or '=')")
+            values = d.job_values.setdefault(job_id, {})
+            if msg.args[0] not in values and len(values) >= MAX_VALUES:
+                raise OrderRejected("busy", f"at most {MAX_VALUES} values per job")
+            values[msg.args[0]] = msg.args[1]
+            return f"ok put {msg.args[0]}"
+        if verb == "get":
+            if len(msg.args) != 1:
+                raise MalformedMessage("get: needs KEY")
+            value = d.job_values.get(job_id, {}).get(msg.args[0])
+            if value is None:
+                raise OrderRejected("not_found", msg.args[0])
+            return f"ok get {msg.args[0]} {value}"
+        raise MalformedMessage(f"unexpected message {verb!r}")
 
-    def _lost(self, job_id: int) -> None:
-        job = self.daemon.core.jobs.get(job_id)
-        if job is not None and job.state.holds_nodes and job.malleable_ready:
-            self.daemon.set_malleable_ready(job_id, False)
+
+def _order_id(msg: Message) -> int:
+    text = msg.options.get("order")
+    if text is None or not text.isdigit():
+        raise MalformedMessage(f"{msg.verb}: needs order=ID naming the order it answers")
+    return int(text)

@@ -23,6 +23,7 @@ from elastic_protocol.control import (
     Hello,
     Queue,
     QueueDocument,
+    Resize,
     Response,
     Status,
     StatusInfo,
@@ -174,6 +175,9 @@ class ControlServer:
                 d.core.job(jid)  # raises UnknownJob before we wait on it
             done = await d.wait_jobs(req.job_ids, req.timeout)
             return _ok({"done": done})
+        if isinstance(req, Resize):
+            d.resize(req.job_id, req.nodes)
+            return _ok({"job_id": req.job_id, "nodes": req.nodes})
         if isinstance(req, Stop):
             ended = await d.stop()
             return _ok({"ended_jobs": ended})

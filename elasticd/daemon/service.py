@@ -16,13 +16,14 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from elastic_protocol.jobspec import JobSpec
 
 from elasticd import __version__
-from elasticd.core.actions import Action, Launch, Terminate
+from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
-from elasticd.errors import LaunchError
+from elasticd.errors import LaunchError, OrderRejected
 from elasticd.launch.base import LaunchRequest
 from elasticd.launch.local import LocalLauncher
 from elasticd.policies import make_policy
@@ -42,6 +43,11 @@ class DaemonConfig:
     control_port: int = 0
     app_port: int = 0
     kill_wait: float = 5.0
+    order_deadline: float = 30.0
+    min_resize_interval: float = 10.0
+    # Policies are also run this often while jobs exist, so that time-based conditions
+    # (a resize interval passing) are acted on without waiting for the next event.
+    schedule_interval: float = 5.0
     # Limits that keep a misbehaving client from exhausting the daemon.
     max_connections: int = 256
     hello_timeout: float = 10.0
@@ -50,13 +56,27 @@ class DaemonConfig:
 @dataclass
 class _Timers:
     limits: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
+    orders: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
+
+
+class AppLink(Protocol):
+    """The registered application connection of a job, as the daemon sees it."""
+
+    def send(self, line: bytes) -> bool: ...
 
 
 class Daemon:
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self.core = Core(config.node_names, make_policy(config.policy))
-        self.launcher = LocalLauncher(self._on_exit, kill_wait=config.kill_wait)
+        self.core = Core(
+            config.node_names,
+            make_policy(config.policy, min_resize_interval=config.min_resize_interval),
+            order_deadline=config.order_deadline,
+        )
+        self.launcher = LocalLauncher(self._on_exit, self._on_hosts_gone, kill_wait=config.kill_wait)
+        self.app_links: dict[int, AppLink] = {}
+        # Job-scoped rendezvous values (put/get on the application channel).
+        self.job_values: dict[int, dict[str, str]] = {}
         self.secret = new_secret()
         self.job_secrets: dict[int, str] = {}
         self.started_at = time.time()
@@ -66,6 +86,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tick_handle: asyncio.TimerHandle | None = None
         self.control_address = ""
         self.app_address = ""
         self.connections = 0
@@ -110,11 +131,14 @@ class Daemon:
             __version__, self.control_address, self.app_address,
             self.core.nodes.total, cfg.policy,
         )
+        self._tick_handle = loop.call_later(cfg.schedule_interval, self._tick)
         if ready is not None:
             ready.set_result(None)
         try:
             await self._stopped.wait()
         finally:
+            if self._tick_handle is not None:
+                self._tick_handle.cancel()
             csrv.close()
             asrv.close()
             await app.close_all()
@@ -169,11 +193,70 @@ class Daemon:
         self._schedule_soon()
         return self.core.job(job_id).state.value
 
-    def set_malleable_ready(self, job_id: int, ready: bool) -> None:
-        job = self.core.job(job_id)
-        job.malleable_ready = ready
-        job.record(self.now(), "registered" if ready else "deregistered")
+    def resize(self, job_id: int, nodes: int) -> None:
+        self._execute(self.core.resize(job_id, nodes, self.now()))
+        self._notify()
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tick_handle = loop.call_later(self.config.schedule_interval, self._tick)
+        if self.core.pending_ids or self.core.active_ids:
+            self._schedule_soon()
+
+    # ---- the application channel -------------------------------------------------------
+    def app_register(self, job_id: int, link: AppLink) -> None:
+        self.app_links[job_id] = link
+        self.core.set_registered(job_id, True, self.now())
         self._schedule_soon()
+
+    def app_deregister(self, job_id: int) -> None:
+        self.core.set_registered(job_id, False, self.now(), final=True)
+        self.app_links.pop(job_id, None)
+
+    def app_lost(self, job_id: int, link: AppLink) -> None:
+        """The registered connection closed: the job runs on as rigid, an open order fails."""
+        if self.app_links.get(job_id) is not link:
+            return
+        del self.app_links[job_id]
+        job = self.core.jobs.get(job_id)
+        if job is None or not job.state.holds_nodes:
+            return
+        now = self.now()
+        if job.malleable_ready:
+            self.core.set_registered(job_id, False, now)
+        if job.order is not None:
+            self._execute(self.core.order_undeliverable(job_id, job.order.order_id, now))
+        self._schedule_soon()
+
+    def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
+        """shrunk / grown / refuse / defer; raises OrderRejected for the application."""
+        now = self.now()
+        if verb == "shrunk":
+            actions = self.core.answer_shrink(job_id, order_id, hosts, now)
+        elif verb == "grown":
+            self.core.answer_grow(job_id, order_id, hosts, now)
+            actions = []
+        elif verb == "refuse":
+            actions = self.core.refuse_order(job_id, order_id, now, reason=text)
+        else:  # defer
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise OrderRejected("malformed", f"defer: {text[:32]!r} is not a number of seconds") from None
+            if not 0 < seconds <= 86400:
+                raise OrderRejected("malformed", "defer: seconds must be in (0, 86400]")
+            actions = self.core.refuse_order(job_id, order_id, now, defer=seconds)
+        self._order_settled(order_id)
+        self._execute(actions)
+        self._notify()
+        self._schedule_soon()
+
+    def app_request(self, job_id: int, count: int) -> None:
+        self.core.request_nodes(job_id, count, self.now())
+        self._schedule_soon()
+
+    def app_release(self, job_id: int, hosts: list[str]) -> None:
+        self._execute(self.core.release_hosts(job_id, hosts, self.now()))
 
     def _schedule_soon(self) -> None:
         if self._schedule_pending or self.stopping:
@@ -198,6 +281,75 @@ class Daemon:
             elif isinstance(a, Terminate):
                 log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
                 self._spawn(self.launcher.terminate(a.job_id, a.hosts))
+            elif isinstance(a, LaunchJoining):
+                self._spawn(self._launch_joining(a))
+            elif isinstance(a, SendOrder):
+                self._send_order(a)
+            elif isinstance(a, Reclaim):
+                log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
+                self._spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace))
+
+    def _send_order(self, a: SendOrder) -> None:
+        from elastic_protocol.appchannel import grow_order, shrink_order
+
+        msg = (
+            shrink_order(a.count, a.order_id, a.deadline_s)
+            if a.kind == "shrink"
+            else grow_order(list(a.hosts), a.order_id, a.deadline_s)
+        )
+        link = self.app_links.get(a.job_id)
+        log.info("job %d: order %d: %s", a.job_id, a.order_id, msg.encode().decode())
+        if link is None or not link.send(msg.encode() + b"\n"):
+            self._execute(self.core.order_undeliverable(a.job_id, a.order_id, self.now()))
+            self._schedule_soon()
+            return
+        loop = asyncio.get_running_loop()
+        self._timers.orders[a.order_id] = loop.call_later(
+            a.deadline_s, self._order_deadline, a.job_id, a.order_id
+        )
+        self._notify()
+
+    def _order_deadline(self, job_id: int, order_id: int) -> None:
+        self._timers.orders.pop(order_id, None)
+        log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
+        self._execute(self.core.order_deadline_passed(job_id, order_id, self.now()))
+        self._notify()
+
+    def _order_settled(self, order_id: int) -> None:
+        handle = self._timers.orders.pop(order_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    async def _launch_joining(self, a: LaunchJoining) -> None:
+        job = self.core.job(a.job_id)
+        req = LaunchRequest(
+            job_id=a.job_id,
+            spec=job.spec,
+            hosts=a.hosts,
+            all_hosts=a.all_hosts,
+            app_address=self.app_address,
+            job_secret=self.job_secrets.get(a.job_id, ""),
+            job_dir=self.config.state_dir / "jobs" / str(a.job_id),
+            joining=True,
+        )
+        try:
+            await self.launcher.launch(req)
+        except LaunchError as exc:
+            log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
+            order = job.order
+            if order is not None:
+                self._order_settled(order.order_id)
+                self._execute(self.core.order_undeliverable(a.job_id, order.order_id, self.now()))
+
+    async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
+        job = self.core.jobs.get(job_id)
+        order_id = job.order.order_id if job is not None and job.order is not None else None
+        self.core.hosts_gone(job_id, hosts, self.now())
+        if order_id is not None and (job is None or job.order is None):
+            self._order_settled(order_id)
+        log.info("job %d: hosts %s free", job_id, ",".join(hosts))
+        self._notify()
+        self._schedule_soon()
 
     async def _launch(self, a: Launch) -> None:
         job = self.core.job(a.job_id)
@@ -207,6 +359,7 @@ class Daemon:
             job_id=a.job_id,
             spec=job.spec,
             hosts=a.hosts,
+            all_hosts=a.hosts,
             app_address=self.app_address,
             job_secret=secret,
             job_dir=self.config.state_dir / "jobs" / str(a.job_id),
@@ -245,6 +398,8 @@ class Daemon:
         if handle is not None:
             handle.cancel()
         self.job_secrets.pop(job_id, None)
+        self.app_links.pop(job_id, None)
+        self.job_values.pop(job_id, None)
         self._notify()
         self._schedule_soon()
 

@@ -12,20 +12,26 @@ from elastic_protocol.jobspec import JobSpec
 
 # Called once per job when all of its processes are gone: (job_id, exit_code, signal).
 ExitCallback = Callable[[int, "int | None", "int | None"], Awaitable[None] | None]
+# Called when no process of the job is left on these hosts after a reclaim.
+HostsGoneCallback = Callable[[int, "list[str]"], Awaitable[None] | None]
 
 
 @dataclass(frozen=True)
 class LaunchRequest:
     job_id: int
     spec: JobSpec
-    hosts: tuple[str, ...]
+    hosts: tuple[str, ...]  # where to start the command now
+    all_hosts: tuple[str, ...]  # the job's whole host list (differs from hosts on a grow)
     app_address: str
     job_secret: str
     job_dir: Path  # daemon-owned scratch for the job (hostfile)
+    joining: bool = False  # started by a grow: joins a running job
 
 
 class Launcher(Protocol):
     async def launch(self, req: LaunchRequest) -> None: ...
+
+    async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None: ...
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None: ...
 
@@ -79,14 +85,14 @@ def job_environment(req: LaunchRequest, host: str, index: int, hostfile: Path) -
         {
             "ELASTIC_JOB_ID": str(req.job_id),
             "ELASTIC_JOB_NAME": req.spec.name,
-            "ELASTIC_JOB_HOSTS": ",".join(req.hosts),
-            "ELASTIC_JOB_NUM_NODES": str(len(req.hosts)),
+            "ELASTIC_JOB_HOSTS": ",".join(req.all_hosts),
+            "ELASTIC_JOB_NUM_NODES": str(len(req.all_hosts)),
             "ELASTIC_HOSTFILE": str(hostfile),
             "ELASTIC_HOST": host,
             "ELASTIC_NODE_INDEX": str(index),
             "ELASTIC_APP_ADDRESS": req.app_address,
             "ELASTIC_JOB_SECRET": req.job_secret,
-            "ELASTIC_JOINING": "0",
+            "ELASTIC_JOINING": "1" if req.joining else "0",
         }
     )
     return env
@@ -95,5 +101,8 @@ def job_environment(req: LaunchRequest, host: str, index: int, hostfile: Path) -
 def write_hostfile(req: LaunchRequest) -> Path:
     req.job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = req.job_dir / "hostfile"
-    path.write_text("".join(f"{h}\n" for h in req.hosts))
+    # Written anew on every grow; processes read it at start, so rewriting is safe.
+    tmp = req.job_dir / "hostfile.tmp"
+    tmp.write_text("".join(f"{h}\n" for h in req.all_hosts))
+    tmp.replace(path)
     return path

@@ -1,8 +1,8 @@
 """Local mode: each virtual host's process runs on this machine in its own process group.
 
 The process group is what lets a cancel or a shrink end exactly one job's processes on
-exactly the hosts concerned; the job is reported gone only once no member of any of its
-groups is left.
+exactly the hosts concerned; hosts (and the job) are reported gone only once no member of
+the groups concerned is left.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import psutil
 from elasticd.errors import LaunchError
 from elasticd.launch.base import (
     ExitCallback,
+    HostsGoneCallback,
     LaunchRequest,
     job_environment,
     output_paths,
@@ -34,17 +35,21 @@ class _HostProc:
     proc: asyncio.subprocess.Process
     pgid: int
     returncode: int | None = None
+    released: bool = False  # reclaimed by a shrink: its exit does not count for the job
 
 
 @dataclass
 class _LocalJob:
     job_id: int
     procs: dict[str, _HostProc] = field(default_factory=dict)
-    watcher: asyncio.Task[None] | None = None
+    starting: int = 0  # launches in progress (a grow): the job is not over meanwhile
+    done: bool = False
 
 
 def group_members(pgids: set[int]) -> list[psutil.Process]:
     """Live (non-zombie) processes whose process group is one of `pgids`."""
+    if not pgids:
+        return []
     found = []
     for p in psutil.process_iter():
         try:
@@ -70,8 +75,10 @@ async def end_groups(pgids: set[int], grace: float) -> None:
     signal_groups(pgids, signal.SIGTERM)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
+    delay = 0.005
     while group_members(pgids) and loop.time() < deadline:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(delay)
+        delay = min(0.05, delay * 2)
     for _ in range(100):
         if not group_members(pgids):
             return
@@ -80,29 +87,55 @@ async def end_groups(pgids: set[int], grace: float) -> None:
     log.error("process groups %s still have members after SIGKILL", sorted(pgids))
 
 
+async def wait_groups_gone(pgids: set[int], timeout: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.005
+    while group_members(pgids):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(0.05, delay * 2)
+    return True
+
+
 class LocalLauncher:
-    def __init__(self, on_exit: ExitCallback, kill_wait: float = 5.0) -> None:
+    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0) -> None:
         self.on_exit = on_exit
+        self.on_hosts_gone = on_hosts_gone
         self.kill_wait = kill_wait
         self._jobs: dict[int, _LocalJob] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def launch(self, req: LaunchRequest) -> None:
+        """Start the command on req.hosts: a new job, or new hosts of a running one."""
         workdir = Path(req.spec.working_dir or Path.home())
         if not workdir.is_dir():
             raise LaunchError(f"working_dir {workdir} is not a directory")
         hostfile = write_hostfile(req)
-        job = _LocalJob(req.job_id)
+        job = self._jobs.get(req.job_id)
+        if job is None:
+            if req.joining:
+                raise LaunchError(f"job {req.job_id} has no running processes to join")
+            job = self._jobs[req.job_id] = _LocalJob(req.job_id)
+        started: list[_HostProc] = []
+        job.starting += 1
         try:
-            for index, host in enumerate(req.hosts):
-                job.procs[host] = await self._start_one(req, host, index, hostfile, workdir)
-        except LaunchError:
-            await end_groups({hp.pgid for hp in job.procs.values()}, 0.5)
-            raise
-        except OSError as exc:
-            await end_groups({hp.pgid for hp in job.procs.values()}, 0.5)
+            for host in req.hosts:
+                index = req.all_hosts.index(host)
+                started.append(await self._start_one(req, host, index, hostfile, workdir))
+        except (LaunchError, OSError) as exc:
+            await end_groups({hp.pgid for hp in started}, 0.5)
+            if not job.procs:
+                self._jobs.pop(req.job_id, None)
+            if isinstance(exc, LaunchError):
+                raise
             raise LaunchError(_describe_spawn_error(exc, req.spec.command[0])) from None
-        self._jobs[req.job_id] = job
-        job.watcher = asyncio.create_task(self._watch(job), name=f"watch-job-{req.job_id}")
+        finally:
+            job.starting -= 1
+        for hp in started:
+            job.procs[hp.host] = hp
+            self._spawn(self._watch(job, hp))
 
     async def _start_one(
         self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path
@@ -129,18 +162,40 @@ class LocalLauncher:
         # start_new_session makes the child a session and group leader: pgid == pid.
         return _HostProc(host, proc, proc.pid)
 
-    async def _watch(self, job: _LocalJob) -> None:
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, job: _LocalJob, hp: _HostProc) -> None:
+        hp.returncode = await hp.proc.wait()
+        if job.done or job.starting or any(p.returncode is None for p in job.procs.values()):
+            return
+        job.done = True
         procs = list(job.procs.values())
-        codes = await asyncio.gather(*(hp.proc.wait() for hp in procs))
-        for hp, rc in zip(procs, codes):
-            hp.returncode = rc
         # A job's own background children must not outlive it on "freed" nodes.
-        await end_groups({hp.pgid for hp in procs}, min(self.kill_wait, 2.0))
+        await end_groups({p.pgid for p in procs}, min(self.kill_wait, 2.0))
         self._jobs.pop(job.job_id, None)
-        code, sig = _job_exit(procs)
-        result = self.on_exit(job.job_id, code, sig)
-        if asyncio.iscoroutine(result):
-            await result
+        code, sig = _job_exit([p for p in procs if not p.released])
+        await _call(self.on_exit, job.job_id, code, sig)
+
+    async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
+        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            procs = [job.procs[h] for h in hosts if h in job.procs]
+            for hp in procs:
+                hp.released = True
+            pgids = {hp.pgid for hp in procs}
+            if grace <= 0 or not await wait_groups_gone(pgids, grace):
+                await end_groups(pgids, self.kill_wait)
+            for hp in procs:
+                # The watcher of a reclaimed process may still be about to run; the job is
+                # only over when the remaining hosts' processes end.
+                job.procs.pop(hp.host, None)
+                if hp.returncode is None:
+                    hp.returncode = await hp.proc.wait()
+        await _call(self.on_hosts_gone, job_id, list(hosts))
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
         job = self._jobs.get(job_id)
@@ -154,9 +209,14 @@ class LocalLauncher:
         return {} if job is None else {h: hp.pgid for h, hp in job.procs.items()}
 
     async def close(self) -> None:
-        for job in list(self._jobs.values()):
-            if job.watcher is not None:
-                job.watcher.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+async def _call(cb, *args) -> None:
+    result = cb(*args)
+    if asyncio.iscoroutine(result):
+        await result
 
 
 def _open_output(path: Path) -> int:

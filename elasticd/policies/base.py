@@ -34,9 +34,14 @@ class RunningView:
     preferred: int
     start_time: float
     time_limit: float | None
+    # Registered, not deregistered, no order in flight, not deferring, not ending: an
+    # order sent now would be delivered and considered.
     malleable_ready: bool
     last_resize: float | None
     ending: bool  # told to end (cancel / time limit); its nodes come back soon
+    resizing: bool = False  # an order is in flight or hosts are being reclaimed
+    requested: int = 0  # an evolving job's outstanding request for more nodes
+    requested_at: float | None = None
 
     @property
     def estimated_end(self) -> float:
@@ -53,6 +58,8 @@ class Snapshot:
     free_nodes: int
     pending: tuple[PendingView, ...]  # in queue order (submit order)
     running: tuple[RunningView, ...]
+    # Nodes that are still held but already promised back (shrinks and ends in flight).
+    incoming_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,3 +100,25 @@ def start_size(job: PendingView, available: int) -> int | None:
     if job.kind is JobKind.RIGID:
         return job.min_nodes
     return min(job.max_nodes, available)
+
+
+def grant_requests(snap: Snapshot, free: int) -> list[Decision]:
+    """Evolving jobs' requests, first asked first served, each whole or not at all.
+
+    Called by every policy after it has started what it starts, so that a queue of waiting
+    jobs is never starved by running jobs asking for more; two evolving jobs waiting for
+    each other cannot deadlock because a request never holds nodes while it waits.
+    """
+    out: list[Decision] = []
+    asking = sorted(
+        (r for r in snap.running if r.requested > 0 and r.malleable_ready and not r.ending),
+        key=lambda r: (r.requested_at or 0.0, r.job_id),
+    )
+    for r in asking:
+        n = min(r.requested, r.max_nodes - r.size)
+        if 0 < n <= free:
+            out.append(Grow(r.job_id, n))
+            free -= n
+        elif n > free:
+            break  # first come first served: a later request may not overtake
+    return out

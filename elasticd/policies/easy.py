@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import math
 
-from elasticd.policies.base import Decision, RunningView, Snapshot, Start, start_size
+from elasticd.policies.base import (
+    Decision,
+    RunningView,
+    Snapshot,
+    Start,
+    grant_requests,
+    start_size,
+)
 
 
 def shadow_time(
@@ -46,7 +53,7 @@ class EasyBackfill:
             started.append(_as_running(head, n, snap.now))
             free -= n
         if not queue:
-            return out
+            return out + grant_requests(snap, free)
         head, rest = queue[0], queue[1:]
         shadow, extra = shadow_time(snap.now, free, head.min_nodes, snap.running + tuple(started))
         for job in rest:
@@ -65,7 +72,7 @@ class EasyBackfill:
             free -= n
             if not ends_in_time:
                 extra -= n
-        return out
+        return out + grant_requests(snap, min(free, extra))
 
 
 def _as_running(job, n: int, now: float) -> RunningView:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elasticd.policies.base import Decision, Snapshot, Start, start_size
+from elasticd.policies.base import Decision, Snapshot, Start, grant_requests, start_size
 
 
 class Fcfs:
@@ -14,7 +14,7 @@ class Fcfs:
         for job in snap.pending:
             n = start_size(job, free)
             if n is None:
-                break
+                return out  # the head waits; nothing may overtake it, not even a request
             out.append(Start(job.job_id, n))
             free -= n
-        return out
+        return out + grant_requests(snap, free)

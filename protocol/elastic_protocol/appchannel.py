@@ -23,6 +23,8 @@ APP_VERBS = {
     "request",      # request N           -> evolving job asks for N more nodes
     "release",      # release HOST...     -> evolving job gives hosts back
     "ping",         # ping                -> pong
+    "put",          # put KEY VALUE       -> job-scoped rendezvous value (e.g. a leader's address)
+    "get",          # get KEY             -> ok get KEY VALUE | error not_found
 }
 
 # Messages the daemon may send.

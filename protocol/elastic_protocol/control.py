@@ -53,12 +53,20 @@ class Wait(_Req):
     timeout: Annotated[float, Field(gt=0)] | None = None
 
 
+class Resize(_Req):
+    """Order a running malleable job to a node count now, as `scontrol update NumNodes`."""
+
+    op: Literal["resize"] = "resize"
+    job_id: int
+    nodes: Annotated[int, Field(ge=1)]
+
+
 class Stop(_Req):
     op: Literal["stop"] = "stop"
 
 
 Request = Annotated[
-    Hello | Submit | Cancel | Queue | Status | Wait | Stop, Field(discriminator="op")
+    Hello | Submit | Cancel | Queue | Status | Wait | Resize | Stop, Field(discriminator="op")
 ]
 REQUEST_ADAPTER: TypeAdapter[Any] = TypeAdapter(Request)
 

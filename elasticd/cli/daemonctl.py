@@ -1,0 +1,51 @@
+"""Starting a detached daemon: shared by `elasticd start`, `elasticd run` and the tests."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from elasticd.errors import ElasticError
+from elasticd.statedir import LOG_FILE, DaemonRecord, prepare, read_record
+
+
+def node_names_for(args: argparse.Namespace) -> list[str]:
+    if args.local is None:
+        raise ElasticError(
+            "say how many virtual nodes to manage with --local N "
+            "(cluster mode inside a Slurm allocation is not available in this version)"
+        )
+    if args.local < 1:
+        raise ElasticError("--local needs at least 1 node")
+    return [f"node{i}" for i in range(1, args.local + 1)]
+
+
+def tuning_args(args: argparse.Namespace) -> list[str]:
+    return ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval)]
+
+
+def start_detached(state_dir: Path, local: int, policy: str, kill_wait: float, listen: str = "127.0.0.1",
+                   log_level: str = "INFO", timeout: float = 20.0, extra: list[str] | None = None) -> DaemonRecord:
+    """Start `elasticd start --foreground` in its own session and wait for its address."""
+    state_dir = prepare(state_dir)
+    log_path = state_dir / LOG_FILE
+    cmd = [sys.executable, "-m", "elasticd.cli.elasticd_main", "start", "--foreground",
+           "--local", str(local), "--policy", policy, "--kill-wait", str(kill_wait),
+           "--listen", listen, "--log-level", log_level, "--state-dir", str(state_dir), *(extra or [])]
+    with open(log_path, "ab") as logf:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                 start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec = read_record(state_dir)
+        if rec is not None and rec.pid == child.pid:
+            return rec
+        if child.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise ElasticError("the daemon exited at start:\n  " + "\n  ".join(tail))
+        time.sleep(0.02)
+    child.terminate()
+    raise ElasticError(f"the daemon did not come up within {timeout:.0f} s; see {log_path}")
