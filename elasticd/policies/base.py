@@ -92,12 +92,13 @@ class Policy(Protocol):
 def start_size(job: PendingView, available: int) -> int | None:
     """Nodes to start a job with when `available` are usable, or None if it cannot start.
 
-    Moldable (and, under policies that do not resize, malleable and evolving) jobs take as
-    many nodes as are allowed, as the seed's baselines do.
+    Moldable (and, under policies that do not resize, malleable) jobs take as many nodes as
+    are allowed, as the seed's baselines do. Evolving jobs start at their minimum: they ask
+    for more themselves.
     """
     if available < job.min_nodes:
         return None
-    if job.kind is JobKind.RIGID:
+    if job.kind in (JobKind.RIGID, JobKind.EVOLVING):
         return job.min_nodes
     return min(job.max_nodes, available)
 

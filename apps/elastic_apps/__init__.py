@@ -1,0 +1,38 @@
+"""What runs inside elastic jobs: the client library applications use to be malleable.
+
+    from elastic_apps import JobChannel, MalleableHandler
+
+    class Handler(MalleableHandler):
+        def pre_shrink(self, n): ...          # -> list of hosts to give back
+        def post_grow(self, n, continued, new): ...
+
+    job = JobChannel.connect()       # reads ELASTIC_* from the environment
+    job.register(Handler())          # the job is malleable from here on
+    ...
+    job.disable()                    # before the final phase: no more orders
+"""
+
+from elastic_apps.channel import JobChannel
+from elastic_apps.env import JobEnv, job_env
+from elastic_apps.errors import (
+    ChannelClosed,
+    DaemonRefused,
+    Defer,
+    ElasticAppError,
+    NotInJob,
+    Refuse,
+)
+from elastic_apps.handler import MalleableHandler
+
+__all__ = [
+    "JobChannel",
+    "JobEnv",
+    "job_env",
+    "MalleableHandler",
+    "ElasticAppError",
+    "ChannelClosed",
+    "DaemonRefused",
+    "NotInJob",
+    "Refuse",
+    "Defer",
+]

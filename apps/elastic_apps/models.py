@@ -1,0 +1,107 @@
+"""Speedup and reconfiguration-cost models, shared by the synthetic application and the
+simulator, so that a simulated run and a real one follow the very same arithmetic.
+
+Work is measured in seconds on one node: a job with work W on n nodes runs W / S(n).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Amdahl:
+    """S(n) = 1 / (f + (1 - f) / n) for a serial fraction f."""
+
+    serial_fraction: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.serial_fraction <= 1.0:
+            raise ValueError("serial fraction must be in [0, 1]")
+
+    def speedup(self, n: int) -> float:
+        f = self.serial_fraction
+        return 1.0 / (f + (1.0 - f) / n)
+
+
+@dataclass(frozen=True)
+class Rho:
+    """The rho scalability model of the MEBF paper: rho = 0 is linear, larger rho is
+    sub-linear. The paper gives no closed form; elastic uses S(n) = n ** (1 - rho),
+    which is linear at rho = 0 and matches the shape of its Figure 3a for rho in [0, 0.3].
+    """
+
+    rho: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rho < 1.0:
+            raise ValueError("rho must be in [0, 1)")
+
+    def speedup(self, n: int) -> float:
+        return float(n) ** (1.0 - self.rho)
+
+
+SpeedupModel = Amdahl | Rho
+
+
+@dataclass(frozen=True)
+class ReconfigCost:
+    """MEBF's overheads: data redistribution T_dr = alpha*dN + beta/N (N = nodes involved,
+    old + new) and process creation T_p = b*dN; the job makes no progress meanwhile."""
+
+    alpha: float = 0.0
+    beta: float = 0.0
+    b: float = 0.0
+
+    def seconds(self, n_old: int, n_new: int) -> float:
+        dn = abs(n_new - n_old)
+        if dn == 0:
+            return 0.0
+        return self.alpha * dn + self.beta / (n_old + n_new) + self.b * dn
+
+
+def parse_speedup(text: str) -> SpeedupModel:
+    """`amdahl:0.05`, `rho:0.1` or `linear`."""
+    kind, _, value = text.partition(":")
+    kind = kind.strip().lower()
+    try:
+        if kind == "linear":
+            return Amdahl(0.0)
+        if kind == "amdahl":
+            return Amdahl(float(value))
+        if kind == "rho":
+            return Rho(float(value))
+    except ValueError as exc:
+        raise ValueError(f"speedup model {text!r}: {exc}") from None
+    raise ValueError(f"unknown speedup model {text!r}: use amdahl:F, rho:R or linear")
+
+
+def predicted_runtime(
+    work: float,
+    model: SpeedupModel,
+    history: list[tuple[float, int]],
+    cost: ReconfigCost = ReconfigCost(),
+) -> float:
+    """Run time of a job with `work` whose size changes as `history` says.
+
+    history: (seconds since start, nodes) pairs, the first at 0; a change that comes after
+    the job would have finished is ignored. Each change costs `cost` seconds of no progress.
+    """
+    if not history or history[0][0] != 0:
+        raise ValueError("history must start at time 0")
+    remaining = work
+    t = 0.0
+    n = history[0][1]
+    frozen_until = 0.0
+    for when, size in history[1:] + [(float("inf"), n)]:
+        # Progress from max(t, frozen_until) until `when` at size n.
+        start = max(t, frozen_until)
+        rate = model.speedup(n)
+        if start + remaining / rate <= when:
+            return start + remaining / rate
+        if when > start:
+            remaining -= rate * (when - start)
+        if size != n:
+            frozen_until = max(when, frozen_until) + cost.seconds(n, size)
+        t, n = when, size
+    raise AssertionError("unreachable")

@@ -1,0 +1,255 @@
+"""Shrink and grow end to end: a real daemon, real application processes, real orders."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from elastic_protocol.framing import LineSocket
+
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+
+RECORDER = Path(__file__).parent / "apps" / "recorder.py"
+
+
+def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, max = 4 }", kind: str = "malleable") -> Path:
+    return write_job(folder, "rec", f'''
+        name = "recorder"
+        command = ["{sys.executable}", "{RECORDER}"]
+        nodes = {nodes}
+        kind = "{kind}"
+        working_dir = "."
+        env = {{ MODE = "{mode}" }}
+        time_limit = "2"
+    ''')
+
+
+def submit(d: RunningDaemon, path: Path) -> int:
+    r = d.cli("esubmit", "--parsable", str(path))
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
+
+
+def resize(d: RunningDaemon, job_id: int, nodes: int):
+    return d.cli("elasticd", "resize", str(job_id), str(nodes))
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def pid_of(folder: Path, host: str, joining: bool = False) -> int:
+    f = folder / f"pid-{host}{'-joining' if joining else ''}"
+    assert wait_until(f.exists, 10), f"no process started on {host}"
+    return int(f.read_text())
+
+
+def app_log(folder: Path) -> list[str]:
+    p = folder / "events.log"
+    return p.read_text().splitlines() if p.exists() else []
+
+
+def finish(d: RunningDaemon, folder: Path, job_id: int, state: str = "COMPLETED") -> dict:
+    (folder / "finish").touch()
+    d.wait([job_id], timeout=20)
+    info = d.job(job_id)
+    assert info["state"] == state, info
+    return info
+
+
+@pytest.fixture
+def fast_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "3"])
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
+
+
+def test_shrink_then_grow_changes_hosts_and_ends_released_processes(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir))
+    daemon.wait_event(jid, "registered")
+    assert daemon.job(jid)["hosts"] == ["node1", "node2", "node3", "node4"]
+    old = {h: pid_of(workdir, h) for h in ("node3", "node4")}
+
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 0, r.stderr
+    info = daemon.wait_event(jid, "shrunk")
+    assert info["hosts"] == ["node1", "node2"] and info["nodes"] == 2
+    assert info["state"] == "RUNNING"
+    for pid in old.values():
+        assert not alive(pid), "a process of the job is left on a released host"
+    assert "pre_shrink 2" in app_log(workdir) and "post_shrink 2 node3,node4" in app_log(workdir)
+
+    r = resize(daemon, jid, 3)
+    assert r.returncode == 0, r.stderr
+    info = daemon.wait_event(jid, "grown")
+    assert info["hosts"] == ["node1", "node2", "node3"]
+    assert alive(pid_of(workdir, "node3", joining=True))
+    assert "post_grow 1 node1,node2 node3" in app_log(workdir)
+
+    info = finish(daemon, workdir, jid)
+    events = [e["event"] for e in info["events"]]
+    assert events.index("shrink_ordered") < events.index("shrunk") < events.index("grow_ordered") < events.index("grown")
+    shrunk = next(e for e in info["events"] if e["event"] == "shrunk")
+    assert shrunk["nodes"] == 2
+    # Node-seconds follow the sizes: more than 2 nodes' worth of the whole run.
+    assert info["node_seconds"] > 2 * info["time_used"] * 0.9
+
+
+def test_application_chooses_which_hosts_to_release(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir, mode="choose_first"))
+    daemon.wait_event(jid, "registered")
+    node2 = pid_of(workdir, "node2")
+    assert resize(daemon, jid, 3).returncode == 0
+    info = daemon.wait_event(jid, "shrunk")
+    assert info["hosts"] == ["node1", "node3", "node4"]
+    assert not alive(node2)
+    finish(daemon, workdir, jid)
+
+
+def test_refused_order_leaves_the_job_as_it_was(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir, mode="refuse"))
+    daemon.wait_event(jid, "registered")
+    assert resize(daemon, jid, 2).returncode == 0
+    info = daemon.wait_event(jid, "refused")
+    assert info["state"] == "RUNNING" and info["nodes"] == 4
+    refused = next(e for e in info["events"] if e["event"] == "refused")
+    assert "cannot be split" in refused["detail"]
+    # It can be asked again (a refusal is not a deferral).
+    assert resize(daemon, jid, 2).returncode == 0
+    daemon.wait_event(jid, "refused", count=2)
+    finish(daemon, workdir, jid)
+
+
+def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir, mode="defer"))
+    daemon.wait_event(jid, "registered")
+    assert resize(daemon, jid, 2).returncode == 0
+    daemon.wait_event(jid, "deferred")
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "cannot take an order now" in r.stderr
+    finish(daemon, workdir, jid)
+
+
+def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: RunningDaemon, workdir: Path) -> None:
+    d = fast_daemon
+    jid = submit(d, recorder_job(workdir, mode="hang"))
+    d.wait_event(jid, "registered")
+    node4 = pid_of(workdir, "node4")
+    assert resize(d, jid, 3).returncode == 0
+    # While the application dithers the job is RESIZING, in the table and in --json.
+    assert wait_until(lambda: d.job(jid)["state"] == "RESIZING", 2)
+    assert any("RESIZING" in line for line in d.cli("equeue").stdout.splitlines())
+    info = d.wait_event(jid, "deadline_missed", timeout=10)
+    info = d.wait_event(jid, "shrunk", timeout=10)
+    assert info["hosts"] == ["node1", "node2", "node3"]
+    assert not alive(node4)
+    assert info["state"] == "RUNNING"
+    finish(d, workdir, jid)
+
+
+def test_disabled_handler_receives_no_more_orders(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir))
+    daemon.wait_event(jid, "registered")
+    (workdir / "disable").touch()
+    daemon.wait_event(jid, "deregistered")
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1
+    assert "has not registered a handler" in r.stderr
+    assert not any(line.startswith("pre_shrink") for line in app_log(workdir))
+    finish(daemon, workdir, jid)
+
+
+def test_rigid_job_cannot_be_resized(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, write_job(workdir, "r", 'name = "r"\ncommand = ["sleep", "30"]\nnodes = 2\nworking_dir = "."\n'))
+    r = resize(daemon, jid, 1)
+    assert r.returncode == 1 and "only malleable and evolving jobs resize" in r.stderr
+    daemon.cli("ecancel", str(jid))
+
+
+def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir, nodes="{ min = 1, max = 3 }", kind="evolving"))
+    daemon.wait_event(jid, "registered")
+    assert daemon.job(jid)["hosts"] == ["node1"]
+    (workdir / "request-2").touch()
+    info = daemon.wait_event(jid, "grown")
+    assert info["hosts"] == ["node1", "node2", "node3"]
+    # Now take the last node with a rigid job and ask for one more: queued.
+    (workdir / "release-node3").touch()
+    info = daemon.wait_event(jid, "released")
+    assert info["hosts"] == ["node1", "node2"]
+    blocker = submit(daemon, write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 2\nworking_dir = "."\n'))
+    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 5)
+    (workdir / "request-1").touch()
+    daemon.wait_event(jid, "requested")
+    assert daemon.job(jid)["hosts"] == ["node1", "node2"]  # nothing free: waits
+    daemon.cli("ecancel", str(blocker))
+    info = daemon.wait_event(jid, "grown", count=2)
+    assert len(info["hosts"]) == 3
+    finish(daemon, workdir, jid)
+
+
+def test_application_that_dies_during_a_resize_leaves_the_daemon_consistent(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir, mode="die_on_shrink"))
+    daemon.wait_event(jid, "registered")
+    assert resize(daemon, jid, 2).returncode == 0
+    info = daemon.wait_event(jid, "order_failed")
+    assert info["state"] == "RUNNING" and info["nodes"] == 4
+    info = finish(daemon, workdir, jid, state="FAILED")
+    assert info["exit"] == "7:0"
+    status = daemon.cli("elasticd", "status")
+    assert "nodes: 4 (4 idle)" in status.stdout
+
+
+def _app_socket(d: RunningDaemon) -> LineSocket:
+    s = socket.create_connection((d.record.app_host, d.record.app_port), timeout=10)
+    return LineSocket(s, 8192)
+
+
+def test_garbage_from_an_application_gets_errors_then_the_connection_is_closed(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir))
+    daemon.wait_event(jid, "registered")
+    secret = (workdir / "secret").read_text()
+    io = _app_socket(daemon)
+    io.send_line(f"hello 1 {jid} {secret}".encode())
+    assert io.read_line() == b"ok hello 1"
+    for junk in (b"hullo", b"\x01\x02", b"shrunk", b"request -3", b"grown order=x"):
+        io.send_line(junk)
+        line = io.read_line()
+        assert line is not None and line.startswith(b"error malformed"), line
+    assert io.read_line() is None  # closed after 5 malformed lines
+    io.close()
+    # The job kept its nodes and its registered connection.
+    assert daemon.job(jid)["state"] == "RUNNING"
+    assert resize(daemon, jid, 3).returncode == 0
+    daemon.wait_event(jid, "shrunk")
+    finish(daemon, workdir, jid)
+
+
+def test_application_cannot_claim_another_jobs_id(daemon: RunningDaemon, workdir: Path) -> None:
+    a_dir, b_dir = workdir / "a", workdir / "b"
+    a_dir.mkdir()
+    b_dir.mkdir()
+    a = submit(daemon, recorder_job(a_dir, nodes="{ min = 1, max = 2 }"))
+    b = submit(daemon, recorder_job(b_dir, nodes="{ min = 1, max = 2 }"))
+    daemon.wait_event(a, "registered")
+    daemon.wait_event(b, "registered")
+    io = _app_socket(daemon)
+    io.send_line(f"hello 1 {b} {(a_dir / 'secret').read_text()}".encode())
+    assert io.read_line().startswith(b"error auth_failed")
+    assert io.read_line() is None
+    io.close()
+    log = (daemon.state_dir / "daemon.log").read_text()
+    assert f"claiming job {b}: wrong secret" in log
+    (a_dir / "finish").touch()
+    (b_dir / "finish").touch()
+    daemon.wait([a, b])
