@@ -16,7 +16,7 @@ import pytest
 
 from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
 
-from elasticd.cli.elasticd_main import start_detached
+from elasticd.cli.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord
 
@@ -42,6 +42,23 @@ class RunningDaemon:
             assert c.request(Wait(job_ids=job_ids, timeout=timeout), timeout=timeout + 5)["done"], \
                 f"jobs {job_ids} did not end within {timeout} s"
 
+    def job(self, job_id: int) -> dict:
+        return self.jobs(job_id)[job_id]
+
+    def events(self, job_id: int) -> list[str]:
+        return [e["event"] for e in self.job(job_id)["events"]]
+
+    def wait_event(self, job_id: int, event: str, count: int = 1, timeout: float = 15) -> dict:
+        """Poll the job's event log until `event` has happened `count` times."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job(job_id)
+            if [e["event"] for e in info["events"]].count(event) >= count:
+                return info
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id}: no {event!r} x{count} within {timeout} s; events {[e['event'] for e in info['events']]}")
+            time.sleep(0.02)
+
     def jobs(self, *job_ids: int) -> dict[int, dict]:
         with self.client() as c:
             doc = QueueDocument.model_validate(c.request(Queue(job_ids=list(job_ids) or None, all=True)))
@@ -65,8 +82,10 @@ def stop_daemon(rec: DaemonRecord) -> None:
         pytest.fail(f"daemon {rec.pid} did not exit after stop")
 
 
-def start_daemon(state_dir: Path, nodes: int = 4, policy: str = "easy", kill_wait: float = 1.0) -> RunningDaemon:
-    rec = start_detached(state_dir, nodes, policy, kill_wait)
+def start_daemon(
+    state_dir: Path, nodes: int = 4, policy: str = "easy", kill_wait: float = 1.0, extra: list[str] | None = None
+) -> RunningDaemon:
+    rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
     return RunningDaemon(state_dir, rec, nodes)
 
 
