@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Protocol
@@ -80,6 +81,12 @@ def output_paths(spec: JobSpec, job_id: int, host: str, index: int, workdir: Pat
 def job_environment(req: LaunchRequest, host: str, index: int, hostfile: Path) -> dict[str, str]:
     """What a process learns about its job; the names are the documented interface."""
     env = dict(os.environ)
+    # Jobs see the Python environment elastic runs in first (its virtualenv, say), so that
+    # `python3 -m elastic_apps...` in a job file finds the client library.
+    bin_dir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        env["PATH"] = bin_dir + (os.pathsep + path if path else "")
     env.update(req.spec.env)
     env.update(
         {
