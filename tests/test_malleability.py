@@ -253,3 +253,20 @@ def test_application_cannot_claim_another_jobs_id(daemon: RunningDaemon, workdir
     (a_dir / "finish").touch()
     (b_dir / "finish").touch()
     daemon.wait([a, b])
+
+
+def test_async_handler_methods_run_on_the_applications_event_loop(daemon: RunningDaemon, workdir: Path) -> None:
+    app = Path(__file__).parent / "apps" / "async_app.py"
+    jid = submit(daemon, write_job(workdir, "a", f'''
+        name = "asyncapp"
+        command = ["{sys.executable}", "{app}"]
+        nodes = {{ min = 1, max = 3 }}
+        kind = "malleable"
+        working_dir = "."
+    '''))
+    daemon.wait_event(jid, "registered")
+    assert resize(daemon, jid, 1).returncode == 0
+    info = daemon.wait_event(jid, "shrunk")
+    assert info["hosts"] == ["node1"]
+    assert app_log(workdir) == ["pre_shrink 2 on_loop=True", "post_shrink 2 node2,node3"]
+    finish(daemon, workdir, jid)
