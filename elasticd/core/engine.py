@@ -423,9 +423,16 @@ class Core:
         return [Terminate(job.job_id, tuple(job.hosts), as_state)]
 
     def launch_failed(self, job_id: int, now: float, why: str) -> None:
-        """The driver could not start the job's processes; none of them is left."""
+        """The driver could not start the job's processes; none of them is left.
+
+        A job cancelled (or timed out) while it was being launched keeps that end state;
+        the launch failure stays visible in its reason.
+        """
         job = self.job(job_id)
-        self._finish(job, now, JobState.FAILED, None, None, f"launch failed: {why}")
+        if not job.state.holds_nodes:
+            raise InvalidTransition(f"job {job_id}: launch failure reported while {job.state.value}")
+        state = job.ending_as or JobState.FAILED
+        self._finish(job, now, state, None, None, f"launch failed: {why}")
 
     def exited(self, job_id: int, now: float, exit_code: int | None, signal: int | None) -> None:
         """All of the job's processes are gone (verified by the driver): free its nodes."""

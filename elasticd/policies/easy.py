@@ -23,15 +23,27 @@ from elasticd.policies.base import (
 def shadow_time(
     now: float, free: int, need: int, running: tuple[RunningView, ...]
 ) -> tuple[float, int]:
-    """(time the head can start, nodes spare at that time beyond the head's need)."""
+    """(time the head can start, nodes spare at that time beyond the head's need).
+
+    A job already being ended gives its nodes back now, whatever its limit says; every job
+    ending at the shadow time counts toward the spare nodes.
+    """
     if free >= need:
         return now, free - need
+
+    def end(r: RunningView) -> float:
+        return now if r.ending else max(now, r.estimated_end)
+
     avail = free
-    for job in sorted(running, key=lambda r: (r.estimated_end, r.job_id)):
-        end = now if job.ending else max(now, job.estimated_end)
-        avail += job.size
+    ordered = sorted(running, key=lambda r: (end(r), r.job_id))
+    i = 0
+    while i < len(ordered):
+        t = end(ordered[i])
+        while i < len(ordered) and end(ordered[i]) == t:
+            avail += ordered[i].size
+            i += 1
         if avail >= need:
-            return end, avail - need
+            return t, avail - need
     return math.inf, 0
 
 
