@@ -48,6 +48,7 @@ def test_run_batch_prints_metrics_and_honours_submit_offsets(tmp_path: Path) -> 
     assert jobs["a"]["wait"] < 0.5
     assert 0.9 < jobs["b"]["wait"] < 2.0
     assert jobs["c"]["wait"] >= 0.0
+    assert "FAILED" not in r.stdout
     s = doc["summary"]
     assert 2.0 < s["makespan"] < 6.0
     assert 0.3 < s["utilization"] <= 1.0
@@ -82,3 +83,28 @@ def test_metrics_are_hand_computable() -> None:
     assert s.mean_turnaround == pytest.approx((100 + 105) / 2)
     assert s.mean_bounded_slowdown == pytest.approx((1.0 + 10.5) / 2)
     assert s.started == 2
+
+
+def test_run_batch_says_why_a_job_did_not_complete(tmp_path: Path) -> None:
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    write_job(batch, "nodir", 'name = "nodir"\ncommand = ["true"]\nnodes = 1\nworking_dir = "."\noutput = "missing/%j.out"\n')
+    write_job(batch, "bad", 'name = "bad"\ncommand = ["sh", "-c", "exit 4"]\nnodes = 1\nworking_dir = "."\n')
+    r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "FAILED: launch failed: cannot open output file" in r.stdout and "missing" in r.stdout
+    assert "(bad) FAILED: exit 4:0" in r.stdout
+
+
+def test_example_batches_are_complete_in_a_clean_checkout() -> None:
+    """Every output folder the examples write into exists in the repository."""
+    root = Path(__file__).parent.parent / "examples"
+    import tomllib
+
+    for f in root.glob("*/*.toml"):
+        spec = tomllib.loads(f.read_text())
+        out = (f.parent / spec.get("working_dir", ".") / spec.get("output", "x")).parent
+        assert out.is_dir(), f"{f}: output folder {out} is missing"
+        tracked = subprocess.run(["git", "ls-files", str(out)], cwd=root, capture_output=True, text=True)
+        if tracked.returncode == 0 and (root.parent / ".git").exists():
+            assert tracked.stdout.strip(), f"{out} is not tracked by git: a fresh clone lacks it"

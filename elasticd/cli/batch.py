@@ -107,6 +107,10 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
     print()
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    for j in doc.jobs:
+        if j.state != "COMPLETED":
+            print(f"job {j.job_id} ({j.name}) {j.state}: {j.reason or 'exit ' + (j.exit or '?')}"
+                  f"{'; output in ' + j.output_path if j.output_path else ''}")
     s = summarize(recs, total_nodes)
     print()
     print(f"jobs                    {s.jobs} ({s.started} started)")
