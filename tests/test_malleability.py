@@ -270,3 +270,26 @@ def test_async_handler_methods_run_on_the_applications_event_loop(daemon: Runnin
     assert info["hosts"] == ["node1"]
     assert app_log(workdir) == ["pre_shrink 2 on_loop=True", "post_shrink 2 node2,node3"]
     finish(daemon, workdir, jid)
+
+
+def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_as_rigid(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = submit(daemon, recorder_job(workdir))
+    daemon.wait_event(jid, "registered")
+    secret = (workdir / "secret").read_text()
+    io = _app_socket(daemon)
+    io.send_line(f"hello 1 {jid} {secret}".encode())
+    assert io.read_line() == b"ok hello 1"
+    io.send_line(b"register")  # this connection now receives the job's orders
+    assert io.read_line() == b"ok register"
+    for _ in range(5):
+        io.send_line(b"\xffgarbage")
+        assert io.read_line().startswith(b"error malformed")
+    assert io.read_line() is None
+    io.close()
+    info = daemon.wait_event(jid, "unregistered")
+    assert info["state"] == "RUNNING" and info["nodes"] == 4
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "has not registered a handler" in r.stderr
+    log = (daemon.state_dir / "daemon.log").read_text()
+    assert "too many bad lines" in log
+    finish(daemon, workdir, jid)
