@@ -67,6 +67,38 @@ NodesField = Annotated[
 _UNION_TAGS = {"count", "range"}
 
 
+class PerfModel(BaseModel):
+    """What policies that predict run times know of a job (and what the synthetic app and
+    the simulator follow): speedup, work and reconfiguration cost."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "linear", "amdahl:F" (serial fraction F in [0, 1]) or "rho:R" (R in [0, 1)).
+    speedup: str = "linear"
+    # Seconds the job's work takes on one node; None: derived from the time limit.
+    work: Annotated[float, Field(gt=0)] | None = None
+    # Reconfiguration cost (MEBF): T_dr = alpha*dN + beta/N, T_p = b*dN seconds.
+    alpha: Annotated[float, Field(ge=0)] = 0.0
+    beta: Annotated[float, Field(ge=0)] = 0.0
+    b: Annotated[float, Field(ge=0)] = 0.0
+
+    @field_validator("speedup")
+    @classmethod
+    def _known_speedup(cls, v: str) -> str:
+        kind, _, value = v.partition(":")
+        kind = kind.strip().lower()
+        try:
+            x = float(value) if value else None
+        except ValueError:
+            x = -1.0
+        ok = (kind == "linear" and x is None) or (kind == "amdahl" and x is not None and 0 <= x <= 1) or (
+            kind == "rho" and x is not None and 0 <= x < 1
+        )
+        if not ok:
+            raise ValueError("must be 'linear', 'amdahl:F' with F in [0, 1] or 'rho:R' with R in [0, 1)")
+        return v
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,6 +114,7 @@ class JobSpec(BaseModel):
     output: Annotated[str, Field(min_length=1)] = "elastic-%j.out"
     error: Annotated[str, Field(min_length=1)] | None = None
     submit_offset: Annotated[float, Field(ge=0)] = 0.0
+    model: PerfModel | None = None
 
     @field_validator("name")
     @classmethod
