@@ -76,6 +76,44 @@ def parse_speedup(text: str) -> SpeedupModel:
     raise ValueError(f"unknown speedup model {text!r}: use amdahl:F, rho:R or linear")
 
 
+class WorkProgress:
+    """A job's remaining work under changing sizes; the time is always passed in.
+
+    The synthetic application feeds it the real clock, the simulator the virtual one, so a
+    real run and a simulated one advance by the very same arithmetic.
+    """
+
+    __slots__ = ("remaining", "model", "cost", "size", "last", "frozen_until")
+
+    def __init__(self, work: float, model: SpeedupModel, cost: ReconfigCost, size: int, now: float) -> None:
+        self.remaining = work
+        self.model = model
+        self.cost = cost
+        self.size = size
+        self.last = now
+        self.frozen_until = now
+
+    def advance(self, now: float) -> None:
+        start = max(self.last, self.frozen_until)
+        if now > start:
+            self.remaining -= self.model.speedup(self.size) * (now - start)
+        if now > self.last:
+            self.last = now
+
+    def resize(self, new_size: int, now: float) -> None:
+        """Change size at `now`; progress stops for the reconfiguration cost."""
+        self.advance(now)
+        self.frozen_until = max(now, self.frozen_until) + self.cost.seconds(self.size, new_size)
+        self.size = new_size
+
+    def end_time(self, now: float) -> float:
+        """When the work will be done if the size does not change again."""
+        self.advance(now)
+        if self.remaining <= 0:
+            return now
+        return max(now, self.frozen_until) + self.remaining / self.model.speedup(self.size)
+
+
 def predicted_runtime(
     work: float,
     model: SpeedupModel,
@@ -89,19 +127,11 @@ def predicted_runtime(
     """
     if not history or history[0][0] != 0:
         raise ValueError("history must start at time 0")
-    remaining = work
-    t = 0.0
-    n = history[0][1]
-    frozen_until = 0.0
-    for when, size in history[1:] + [(float("inf"), n)]:
-        # Progress from max(t, frozen_until) until `when` at size n.
-        start = max(t, frozen_until)
-        rate = model.speedup(n)
-        if start + remaining / rate <= when:
-            return start + remaining / rate
-        if when > start:
-            remaining -= rate * (when - start)
-        if size != n:
-            frozen_until = max(when, frozen_until) + cost.seconds(n, size)
-        t, n = when, size
-    raise AssertionError("unreachable")
+    p = WorkProgress(work, model, cost, history[0][1], 0.0)
+    for when, size in history[1:]:
+        end = p.end_time(p.last)
+        if end <= when:
+            return end
+        if size != p.size:
+            p.resize(size, when)
+    return p.end_time(p.last)

@@ -22,48 +22,36 @@ from elastic_apps.channel import JobChannel
 from elastic_apps.env import job_env
 from elastic_apps.errors import ElasticAppError
 from elastic_apps.handler import MalleableHandler
-from elastic_apps.models import ReconfigCost, SpeedupModel, parse_speedup
+from elastic_apps.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 
 LEADER_KEY = "synthetic-leader"
 
 
 class Progress:
-    """The model's state, advanced from real elapsed time; shared with the handler thread."""
+    """The model's state on the real clock; shared between the leader and the handler thread."""
 
     def __init__(self, work: float, model: SpeedupModel, cost: ReconfigCost, size: int) -> None:
-        self.remaining = work
-        self.model = model
-        self.cost = cost
-        self.size = size
         self.t0 = time.monotonic()
-        self.last = self.t0
-        self.frozen_until = self.t0
+        self.work = WorkProgress(work, model, cost, size, self.t0)
         self.history: list[tuple[float, int]] = [(0.0, size)]
         self.lock = threading.Lock()
         self.changed = threading.Event()  # wakes the leader's sleep on a resize
 
-    def advance(self, now: float) -> None:
-        start = max(self.last, self.frozen_until)
-        if now > start:
-            self.remaining -= self.model.speedup(self.size) * (now - start)
-        self.last = max(self.last, now)
+    @property
+    def size(self) -> int:
+        return self.work.size
 
     def resize(self, new_size: int) -> None:
         with self.lock:
             now = time.monotonic()
-            self.advance(now)
-            self.frozen_until = max(now, self.frozen_until) + self.cost.seconds(self.size, new_size)
+            self.work.resize(new_size, now)
             self.history.append((now - self.t0, new_size))
-            self.size = new_size
         self.changed.set()
 
     def time_left(self) -> float:
         with self.lock:
             now = time.monotonic()
-            self.advance(now)
-            if self.remaining <= 0:
-                return 0.0
-            return max(0.0, self.frozen_until - now) + self.remaining / self.model.speedup(self.size)
+            return self.work.end_time(now) - now
 
 
 class Workers:

@@ -50,17 +50,11 @@ class Job:
     node_seconds: float = 0.0
     _size_since: float | None = None
 
-    @property
-    def kind(self) -> JobKind:
-        return self.spec.resolved_kind
-
-    @property
-    def bounds(self) -> tuple[int, int, int]:
-        return self.spec.node_bounds
-
-    @property
-    def time_limit(self) -> int | None:
-        return self.spec.limit_seconds
+    def __post_init__(self) -> None:
+        # Derived once: the scheduler reads them for every job on every pass.
+        self.kind: JobKind = self.spec.resolved_kind
+        self.bounds: tuple[int, int, int] = self.spec.node_bounds
+        self.time_limit: int | None = self.spec.limit_seconds
 
     @property
     def size(self) -> int:
