@@ -26,7 +26,7 @@ import psutil
 from elastic_protocol.control import Queue, Stop, Submit
 from elastic_protocol.jobspec import JobSpec
 
-from elasticd.cli.elasticd_main import start_detached
+from elasticd.cli.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
 
@@ -138,6 +138,9 @@ def bench_daemon(nodes: int, policy: str = "easy", log_level: str = "INFO",
     work_dir = tmp / "work"
     (work_dir / "out").mkdir(parents=True)
     record: DaemonRecord | None = None
+    # SIGTERM (a CI timeout, `kill`) would end Python without running `finally`: turn it
+    # into SystemExit so the daemon is still stopped.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         record = start_detached(state_dir, local=nodes, policy=policy, kill_wait=1.0, log_level=log_level)
         yield BenchDaemon(record, state_dir, work_dir)
@@ -145,6 +148,7 @@ def bench_daemon(nodes: int, policy: str = "easy", log_level: str = "INFO",
         # If start_detached was interrupted after the daemon wrote its record, find it there.
         if record is None:
             record = read_record(state_dir)
+        sys.stdout.flush()  # keep the report and the cleanup notes in order
         if record is not None and pid_alive(record.pid):
             how = stop_daemon(record)
             print(f"daemon pid {record.pid} stopped ({how})", file=sys.stderr)
@@ -152,6 +156,11 @@ def bench_daemon(nodes: int, policy: str = "easy", log_level: str = "INFO",
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def verdict(ok: bool) -> str:

@@ -150,14 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     print()
     failed = False
     for r in results:
-        if r.quarters:
-            # The average hides a rate that falls as the queue grows: hold the tail to the
-            # target too, since a long queue is exactly when a burst arrives.
-            deep = r.count * 3 // 4
-            ok = r.quarters[-1] >= TARGET
-            failed |= not ok
-            print(f"submit ({r.label}, last quarter, queue {deep}-{r.count} deep): "
-                  f"{r.quarters[-1]:.0f} jobs/s  [target >= {TARGET:.0f}/s]  {verdict(ok)}")
         if r.label == "esubmit process per job":
             # Dominated by interpreter start-up; reported, not held to the daemon's target.
             print(f"submit ({r.label}): {r.rate:.1f} jobs/s  [{r.count} jobs, {r.elapsed:.2f} s; "
@@ -167,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         failed |= not ok
         print(f"submit ({r.label}): {r.rate:.0f} jobs/s  [target >= {TARGET:.0f}/s]  {verdict(ok)}"
               f"  ({r.count} jobs, {r.elapsed:.2f} s)")
+        if r.quarters:
+            # The average hides a rate that falls as the queue grows: hold the tail to the
+            # target too, since a long queue is exactly when a burst arrives.
+            deep = r.count * 3 // 4
+            ok = r.quarters[-1] >= TARGET
+            failed |= not ok
+            print(f"submit ({r.label}, last quarter, queue {deep}-{r.count} deep): "
+                  f"{r.quarters[-1]:.0f} jobs/s  [target >= {TARGET:.0f}/s]  {verdict(ok)}")
     return 1 if failed else 0
 
 

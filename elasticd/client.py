@@ -9,8 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from elastic_protocol.control import Hello, Response
+from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import LineSocket
-from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
+from elastic_protocol.version import MAX_REPLY_BYTES, PROTOCOL_VERSION
 
 from elasticd.errors import DaemonError, DaemonNotRunning
 from elasticd.statedir import DaemonRecord, default_state_dir, running_daemon
@@ -26,7 +27,7 @@ class ControlClient:
                 f"the daemon (pid {record.pid}) does not answer at {record.control_address}: {exc.strerror or exc}"
             ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._io = LineSocket(sock, MAX_LINE_BYTES)
+        self._io = LineSocket(sock, MAX_REPLY_BYTES)
         self.server_info = self.request(Hello(version=PROTOCOL_VERSION, secret=record.secret, client=client_name))
 
     @classmethod
@@ -36,8 +37,13 @@ class ControlClient:
     def request(self, req: BaseModel, timeout: float | None = 30.0) -> dict[str, Any]:
         """Send one request; return its data or raise DaemonError with the daemon's words."""
         self._io.sock.settimeout(timeout)
-        self._io.send_line(req.model_dump_json(exclude_none=False).encode())
-        line = self._io.read_line()
+        try:
+            self._io.send_line(req.model_dump_json(exclude_none=False).encode())
+            line = self._io.read_line()
+        except ProtocolError as exc:
+            raise DaemonError(exc.code, f"unreadable reply from the daemon: {exc}") from None
+        except OSError as exc:
+            raise DaemonError("disconnected", f"connection to the daemon failed: {exc}") from None
         if line is None:
             raise DaemonError("disconnected", "the daemon closed the connection")
         try:

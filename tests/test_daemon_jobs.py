@@ -211,3 +211,19 @@ def test_status_shows_nodes_and_policy(daemon: RunningDaemon) -> None:
     assert r.returncode == 0, r.stderr
     assert "policy easy" in r.stdout and "mode local" in r.stdout
     assert "nodes: 4 (4 idle)" in r.stdout
+
+
+def test_equeue_shows_a_queue_whose_document_exceeds_the_request_line_limit(daemon: RunningDaemon, workdir: Path) -> None:
+    from elastic_protocol.control import Submit
+    from elastic_protocol.jobspec import JobSpec
+
+    spec = JobSpec(name="blocked-" + "x" * 100, command=["sleep", "300"], nodes=4, working_dir=str(workdir),
+                   time_limit="1")
+    with daemon.client() as c:
+        ids = [c.request(Submit(spec=spec))["job_id"] for _ in range(400)]
+    r = daemon.cli("equeue", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout) > 64 * 1024
+    assert len(json.loads(r.stdout)["jobs"]) == 400
+    assert daemon.cli("equeue").stdout.count("PENDING") == 399
+    daemon.cli("ecancel", *map(str, ids))

@@ -7,6 +7,7 @@ processes on them are gone (`exited`, `hosts_gone`), never when an end is merely
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -52,16 +53,27 @@ class Core:
         self.jobs: dict[int, Job] = {}
         self._next_id = first_job_id
         self._next_order = 1
-        # Pending job ids in queue order; dicts keep insertion order and delete in O(1).
-        self._pending: dict[int, None] = {}
+        # Pending jobs in queue order with their policy view, built once at submit: a
+        # snapshot is then one C-level copy, not a loop over a queue thousands deep.
+        self._pending: dict[int, PendingView] = {}
         self._active: dict[int, None] = {}
+        # Policy views of running jobs, rebuilt only after the job changed (any mutating
+        # call goes through job() or _touch()) or its deferral expired: a pass per event
+        # on a 4,000-node trace must not rebuild every running job's view each time.
+        self._views: dict[int, tuple[RunningView, float]] = {}
 
     # ---- queries -------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
+        """The job, for reading or changing it (its cached policy view is dropped)."""
+        self._views.pop(job_id, None)
         try:
             return self.jobs[job_id]
         except KeyError:
             raise UnknownJob(f"no job {job_id}") from None
+
+    def _touch(self, job_id: int) -> Job | None:
+        self._views.pop(job_id, None)
+        return self.jobs.get(job_id)
 
     @property
     def pending_ids(self) -> list[int]:
@@ -84,42 +96,52 @@ class Core:
         )
 
     def snapshot(self, now: float) -> Snapshot:
-        pending = []
-        for jid in self._pending:
-            j = self.jobs[jid]
-            lo, hi, pref = j.bounds
-            pending.append(PendingView(jid, j.submit_time, j.kind, lo, hi, pref, j.time_limit))
+        pending = tuple(self._pending.values())
         running = []
         incoming = 0
+        views = self._views
         for jid in self._active:
-            j = self.jobs[jid]
-            lo, hi, pref = j.bounds
-            assert j.start_time is not None
-            if j.ending_as is None:
-                incoming += len(j.leaving)
+            cached = views.get(jid)
+            if cached is not None and now < cached[1]:
+                view = cached[0]
             else:
-                incoming += j.size
-            running.append(
-                RunningView(
-                    job_id=jid,
-                    kind=j.kind,
-                    size=j.size - len(j.leaving),
-                    min_nodes=lo,
-                    max_nodes=hi,
-                    preferred=pref,
-                    start_time=j.start_time,
-                    time_limit=j.time_limit,
-                    malleable_ready=self.can_take_order(j, now),
-                    last_resize=j.last_resize,
-                    ending=j.ending_as is not None,
-                    resizing=j.order is not None or bool(j.leaving),
-                    requested=j.requested,
-                    requested_at=j.requested_at,
-                )
-            )
-        return Snapshot(
-            now, self.nodes.total, self.nodes.free_count, tuple(pending), tuple(running), incoming
+                j = self.jobs[jid]
+                view = self._running_view(j, now)
+                valid_until = j.no_orders_until if now < j.no_orders_until else math.inf
+                views[jid] = (view, valid_until)
+            running.append(view)
+            if view.ending:
+                incoming += view.size + view.leaving
+            else:
+                incoming += view.leaving + view.shrinking
+        return Snapshot(now, self.nodes.total, self.nodes.free_count, pending, tuple(running), incoming)
+
+    def _running_view(self, j: Job, now: float) -> RunningView:
+        lo, hi, pref = j.bounds
+        assert j.start_time is not None
+        return RunningView(
+            job_id=j.job_id,
+            kind=j.kind,
+            size=j.size - len(j.leaving),
+            min_nodes=lo,
+            max_nodes=hi,
+            preferred=pref,
+            start_time=j.start_time,
+            time_limit=j.time_limit,
+            malleable_ready=self.can_take_order(j, now),
+            last_resize=j.last_resize,
+            ending=j.ending_as is not None,
+            resizing=j.order is not None or bool(j.leaving),
+            requested=j.requested,
+            requested_at=j.requested_at,
+            leaving=len(j.leaving),
+            shrinking=j.order.count if j.order and j.order.kind == "shrink" and not j.order.settled else 0,
         )
+
+    @staticmethod
+    def _pending_view(j: Job) -> PendingView:
+        lo, hi, pref = j.bounds
+        return PendingView(j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit)
 
     # ---- submission and scheduling ---------------------------------------------------
     def check_fits(self, spec: JobSpec) -> None:
@@ -136,7 +158,7 @@ class Core:
         job = Job(job_id=self._next_id, spec=spec, submit_time=now)
         self._next_id += 1
         self.jobs[job.job_id] = job
-        self._pending[job.job_id] = None
+        self._pending[job.job_id] = self._pending_view(job)
         job.record(now, "submitted")
         return job
 
@@ -160,7 +182,7 @@ class Core:
         raise PolicyError(f"{self.policy.name}: unknown decision {d!r}")
 
     def _start(self, d: Start, now: float) -> list[Action]:
-        job = self.jobs.get(d.job_id)
+        job = self._touch(d.job_id)
         if job is None or job.state is not JobState.PENDING:
             raise PolicyError(f"{self.policy.name}: start of job {d.job_id}, which is not pending")
         lo, hi, _ = job.bounds
@@ -183,7 +205,7 @@ class Core:
         return [Launch(job.job_id, tuple(job.hosts))]
 
     def _resizable(self, job_id: int, what: str, now: float) -> Job:
-        job = self.jobs.get(job_id)
+        job = self._touch(job_id)
         if job is None or job_id not in self._active:
             raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which is not running")
         if job.kind not in RESIZABLE or not self.can_take_order(job, now):
@@ -298,7 +320,7 @@ class Core:
 
     def order_deadline_passed(self, job_id: int, order_id: int, now: float) -> list[Action]:
         """No answer in time: the daemon decides for the application."""
-        job = self.jobs.get(job_id)
+        job = self._touch(job_id)
         if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
             return []
         order = job.order
@@ -314,7 +336,7 @@ class Core:
 
     def order_undeliverable(self, job_id: int, order_id: int, now: float) -> list[Action]:
         """The application's connection was gone when the order was to be sent or answered."""
-        job = self.jobs.get(job_id)
+        job = self._touch(job_id)
         if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
             return []
         job.record(now, "order_failed", f"order {order_id}: application not connected")
@@ -473,6 +495,7 @@ class Core:
         job.account(now)
         job.record(now, "ended", f"{state.value} {job.exit_text or ''}".strip())
         job.hosts = []
+        self._views.pop(job.job_id, None)
 
     def stop_all(self, now: float) -> list[Action]:
         """Daemon shutdown: cancel the queue and end every running job."""
@@ -481,6 +504,5 @@ class Core:
             self.jobs[jid].reason = "daemon stopped"
         actions: list[Action] = []
         for jid in list(self._active):
-            job = self.jobs[jid]
-            actions.extend(self._end(job, now, JobState.CANCELLED, "daemon stopped"))
+            actions.extend(self._end(self.job(jid), now, JobState.CANCELLED, "daemon stopped"))
         return actions

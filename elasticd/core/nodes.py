@@ -1,12 +1,13 @@
 """Which node belongs to which job; the one place that can say a node is free.
 
-Free nodes are kept in a min-heap of their index so that allocating k of 5,000 nodes costs
-O(k log n), not a scan of the machine: the simulator calls this tens of thousands of times.
+Free nodes are kept as sorted, disjoint index intervals and owners in a flat list, so that
+giving a 1,000-node job its nodes is a few slice operations rather than 1,000 dictionary
+updates: the simulator does this for every job of a 4,000-node trace.
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 from enum import Enum
 
 from elasticd.errors import InvalidTransition
@@ -18,15 +19,28 @@ class NodeState(str, Enum):
     DOWN = "down"
 
 
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted indices -> [start, end) runs of consecutive ones."""
+    out: list[tuple[int, int]] = []
+    for i in indices:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
 class NodeTable:
     def __init__(self, names: list[str]) -> None:
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
         self.names = list(names)
         self.index = {n: i for i, n in enumerate(self.names)}
-        self.owner: dict[str, int | None] = {n: None for n in self.names}
+        self._owner: list[int | None] = [None] * len(self.names)
         self.down: set[str] = set()
-        self._free = list(range(len(self.names)))  # a valid heap: sorted
+        # Disjoint free intervals [start, end), sorted by start.
+        self._starts: list[int] = [0] if self.names else []
+        self._ends: list[int] = [len(self.names)] if self.names else []
         self._free_count = len(self.names)
 
     @property
@@ -37,31 +51,70 @@ class NodeTable:
     def free_count(self) -> int:
         return self._free_count
 
+    def owner_of(self, name: str) -> int | None:
+        return self._owner[self.index[name]]
+
+    @property
+    def owner(self) -> dict[str, int | None]:
+        """Every node's job (None when free); built on demand, for status displays."""
+        return dict(zip(self.names, self._owner))
+
     def free_hosts(self) -> list[str]:
-        return [self.names[i] for i in sorted(self._free)]
+        out: list[str] = []
+        for s, e in zip(self._starts, self._ends):
+            out.extend(self.names[s:e])
+        return out
 
     def state_of(self, name: str) -> NodeState:
         if name in self.down:
             return NodeState.DOWN
-        return NodeState.IDLE if self.owner[name] is None else NodeState.ALLOCATED
+        return NodeState.IDLE if self.owner_of(name) is None else NodeState.ALLOCATED
 
     def allocate(self, job_id: int, count: int) -> list[str]:
         """Lowest-numbered free nodes first, so placements are reproducible run to run."""
         if count > self._free_count:
             raise InvalidTransition(f"job {job_id}: {count} nodes asked, {self._free_count} free")
-        chosen = []
-        for _ in range(count):
-            name = self.names[heapq.heappop(self._free)]
-            self.owner[name] = job_id
-            chosen.append(name)
+        chosen: list[str] = []
+        need = count
+        while need:
+            s, e = self._starts[0], self._ends[0]
+            take = min(need, e - s)
+            self._owner[s : s + take] = [job_id] * take
+            chosen.extend(self.names[s : s + take])
+            if take == e - s:
+                del self._starts[0], self._ends[0]
+            else:
+                self._starts[0] = s + take
+            need -= take
         self._free_count -= count
         return chosen
 
     def release(self, job_id: int, hosts: list[str]) -> None:
-        for n in hosts:
-            if self.owner.get(n) != job_id:
-                raise InvalidTransition(f"job {job_id} releases {n}, which it does not hold")
-        for n in hosts:
-            self.owner[n] = None
-            heapq.heappush(self._free, self.index[n])
-        self._free_count += len(hosts)
+        if not hosts:
+            return
+        idx = sorted(map(self.index.__getitem__, hosts))
+        if len(set(idx)) != len(idx):
+            raise InvalidTransition(f"job {job_id} releases a node twice")
+        # Most jobs hold one contiguous block: skip the per-node run detection then.
+        runs = [(idx[0], idx[-1] + 1)] if idx[-1] - idx[0] + 1 == len(idx) else _runs(idx)
+        for s, e in runs:
+            if self._owner[s:e].count(job_id) != e - s:
+                bad = next(self.names[i] for i in range(s, e) if self._owner[i] != job_id)
+                raise InvalidTransition(f"job {job_id} releases {bad}, which it does not hold")
+        for s, e in runs:
+            self._owner[s:e] = [None] * (e - s)
+            self._insert_free(s, e)
+        self._free_count += len(idx)
+
+    def _insert_free(self, s: int, e: int) -> None:
+        i = bisect.bisect_left(self._starts, s)
+        # Merge with the interval before and/or after when they touch.
+        if i > 0 and self._ends[i - 1] == s:
+            i -= 1
+            self._ends[i] = e
+        else:
+            self._starts.insert(i, s)
+            self._ends.insert(i, e)
+        if i + 1 < len(self._starts) and self._starts[i + 1] == self._ends[i]:
+            self._ends[i] = self._ends[i + 1]
+            del self._starts[i + 1], self._ends[i + 1]

@@ -42,6 +42,8 @@ class RunningView:
     resizing: bool = False  # an order is in flight or hosts are being reclaimed
     requested: int = 0  # an evolving job's outstanding request for more nodes
     requested_at: float | None = None
+    leaving: int = 0  # nodes still held but being given back (not counted in size)
+    shrinking: int = 0  # nodes an open, unanswered shrink order will give back
 
     @property
     def estimated_end(self) -> float:
@@ -58,7 +60,8 @@ class Snapshot:
     free_nodes: int
     pending: tuple[PendingView, ...]  # in queue order (submit order)
     running: tuple[RunningView, ...]
-    # Nodes that are still held but already promised back (shrinks and ends in flight).
+    # Nodes still held but already promised back: shrink orders (answered or not) and ends
+    # in flight.
     incoming_nodes: int = 0
 
 
