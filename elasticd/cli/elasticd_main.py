@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from elasticd import __version__
+from elasticd.cli import sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
 from elasticd.cli.common import add_state_dir, fail, run_tool
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     rz.add_argument("nodes", type=int)
     add_state_dir(rz)
 
+    sim_cmd.add_parser(sub)
+
     r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")
     r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR")
     _common_start_args(r)
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "func"):
+        return run_tool("elasticd", lambda: args.func(args))
     return run_tool("elasticd", lambda: _COMMANDS[args.cmd](args))
 
 

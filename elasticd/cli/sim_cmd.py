@@ -1,0 +1,179 @@
+"""`elasticd sim`: replay an SWF trace through the daemon's core and policies, in virtual
+time, over a grid of policies x malleable fractions x seeds."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from elasticd.errors import ElasticError
+from elasticd.policies import POLICIES
+
+DEFAULT_FRACTIONS = "0,20,40,60,80,100"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("sim", help="simulate an SWF trace under one or more policies (virtual time)")
+    s.add_argument("trace", type=Path, metavar="TRACE.swf")
+    s.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
+                   help=f"policy to simulate, repeatable (default: easy and malleable); one of {', '.join(sorted(POLICIES))}")
+    s.add_argument("--malleable", default=DEFAULT_FRACTIONS, metavar="PCTS",
+                   help=f"malleable job percentages, comma-separated (default {DEFAULT_FRACTIONS})")
+    s.add_argument("--seeds", type=int, default=3, metavar="K", help="seeds per cell (default 3)")
+    s.add_argument("--nodes", type=int, help="machine size (default: from the trace header)")
+    s.add_argument("--cores-per-node", type=int, default=1, metavar="C",
+                   help="processors per node, to turn logged processors into nodes (default 1)")
+    s.add_argument("--rule", choices=["efficiency", "mebf"], default="efficiency",
+                   help="how a malleable job's min/preferred/max are set (default efficiency)")
+    s.add_argument("--model", choices=["amdahl", "rho"], default="amdahl", help="speedup model family")
+    s.add_argument("--model-range", default="0,0.05", metavar="LO,HI",
+                   help="range each job's serial fraction (or rho) is drawn from (default 0,0.05)")
+    s.add_argument("--alpha", type=float, default=0.375, help="reconfiguration: seconds per node changed (default 0.375)")
+    s.add_argument("--beta", type=float, default=0.0, help="reconfiguration: beta / (nodes involved) seconds")
+    s.add_argument("--b", type=float, default=0.0, help="reconfiguration: process creation seconds per node")
+    s.add_argument("--warmup", type=float, default=43200.0, metavar="S",
+                   help="seconds excluded at the start (default 12 h); drain-down is always excluded")
+    s.add_argument("--workers", type=int, default=None, help="parallel runs (default: all cores)")
+    s.add_argument("--out", type=Path, default=None, metavar="DIR", help="write CSV, JSON and PNG plots here")
+    s.add_argument("--no-plots", action="store_true", help="no PNG plots (faster)")
+    s.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
+    s.set_defaults(func=run_sim)
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        vals = [float(x) / 100 for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ElasticError(f"--malleable {text!r}: give percentages like 0,20,100") from None
+    if not vals or any(not 0 <= v <= 1 for v in vals):
+        raise ElasticError(f"--malleable {text!r}: percentages must be within 0..100")
+    return vals
+
+
+def _range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ElasticError(f"--model-range {text!r}: give LO,HI") from None
+    return lo, hi
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    from elastic_apps.models import ReconfigCost
+
+    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, row_dict, run_grid, text_progress
+    from elasticd.sim.workload import MalleabilityRule
+
+    source = TraceSource(args.trace, args.nodes, args.cores_per_node)
+    trace = source.load()
+    print(trace.report())
+    lo, hi = _range(args.model_range)
+    try:
+        rule = MalleabilityRule(args.rule, args.model, lo, hi, cost=ReconfigCost(args.alpha, args.beta, args.b))
+    except ValueError as exc:
+        raise ElasticError(str(exc)) from None
+    policies = args.policy or ["easy", "malleable"]
+    fractions = _fractions(args.malleable)
+    if args.seeds < 1:
+        raise ElasticError("--seeds must be at least 1")
+    specs = [RunSpec(p, f, s) for p in policies for f in fractions for s in range(1, args.seeds + 1)]
+    t = time.perf_counter()
+    rows = run_grid(source, specs, rule, args.warmup, args.workers, text_progress())
+    wall = time.perf_counter() - t
+    summary = list(aggregate(rows))
+    print_summary(summary)
+    print(f"{len(rows)} runs in {wall:.1f} s")
+    if args.out:
+        write_outputs(args.out, trace, rows, summary, vars_for_json(args))
+        if not args.no_plots:
+            plots(args, source, rule, summary, policies, fractions)
+        print(f"results in {args.out}")
+    return 0
+
+
+def vars_for_json(args: argparse.Namespace) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+
+
+def print_summary(summary: list[dict]) -> None:
+    base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
+    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "SHRINK/J", "EXPAND/J", "vs EASY 0%: TAT / WAIT / UTIL")
+    rows = [head]
+    for r in summary:
+        rel = ""
+        if base is not None and r is not base:
+            def pct(m: str) -> str:
+                b = base[f"{m}_mean"]
+                return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"
+            rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
+        rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
+                     f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",
+                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{r['shrinks_per_job_mean']:.2f}",
+                     f"{r['expands_per_job_mean']:.2f}", rel))
+    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
+    for x in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip())
+
+
+def write_outputs(out: Path, trace, rows, summary: list[dict], params: dict) -> None:
+    from elasticd.sim.grid import row_dict
+
+    out.mkdir(parents=True, exist_ok=True)
+    run_dicts = [row_dict(r) for r in rows]
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(run_dicts[0]))
+        w.writeheader()
+        w.writerows(run_dicts)
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    doc = {
+        "version": 1,
+        "trace": {"name": trace.name, "nodes": trace.nodes, "jobs": len(trace.jobs),
+                  "dropped": dict(trace.dropped), "adjusted": dict(trace.adjusted)},
+        "parameters": params,
+        "runs": run_dicts,
+        "summary": summary,
+    }
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+
+
+def gantt_window(sim, warmup: float, starts: int = 40) -> tuple[float, float]:
+    """A short, busy window: from the first start after the warm-up to the 40th start after
+    it (real traces have idle days; a fixed slice of the span is often empty)."""
+    begun = sorted(j.start_time for j in sim.core.jobs.values() if j.start_time is not None)
+    first = min(j.submit_time for j in sim.core.jobs.values())
+    after = [t for t in begun if t >= first + warmup] or begun
+    t0 = after[0]
+    t1 = after[min(len(after) - 1, starts)]
+    return t0, max(t1, t0 + 1.0)
+
+
+def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies: list[str], fractions: list[float]) -> None:
+    from elasticd.policies import make_policy
+    from elasticd.sim.plots import busy_series, plot_gantt, plot_grid, plot_utilization, size_changes
+    from elasticd.sim.simulator import Simulation
+    from elasticd.sim.workload import build_workload
+
+    trace = source.load()
+    plot_grid(summary, args.out / "grid.png", f"{trace.name}: {args.seeds} seed(s) per point")
+    # Utilization over time and a Gantt chart: seed 1 at the largest fraction, per policy.
+    frac = max(fractions)
+    series = {}
+    sims = {}
+    for p in policies:
+        sim = Simulation(build_workload(trace, frac, 1, rule), trace.nodes, make_policy(p))
+        outs = sim.run()
+        sims[p] = sim
+        series[f"{p} ({100 * frac:.0f}% malleable)"] = busy_series(size_changes([o.sizes for o in outs]))
+    plot_utilization(series, trace.nodes, args.out / "utilization.png", f"{trace.name}: busy nodes")
+    for p, sim in sims.items():
+        t0, t1 = gantt_window(sim, args.warmup)
+        jobs = [j for j in sim.core.jobs.values() if j.start_time is not None and j.start_time < t1 and (j.end_time or 0) > t0]
+        plot_gantt(jobs, sim.core.nodes.index, t0, t1, args.out / f"gantt-{p}.png",
+                   f"{trace.name}, {p}, {100 * frac:.0f}% malleable: nodes over time")

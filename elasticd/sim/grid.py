@@ -1,0 +1,159 @@
+"""Experiment grids: policies x malleable fractions x seeds, in parallel over the cores.
+
+Each worker process reads the trace once; a run is (policy, fraction, seed) and returns
+one row of metrics. Rows are aggregated over seeds as mean, median and IQR, the way the
+seed papers report them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from elasticd.metrics import spread, windowed_summary
+from elasticd.policies import make_policy
+from elasticd.sim.simulator import simulate
+from elasticd.sim.swf import Trace, read_swf
+from elasticd.sim.workload import MalleabilityRule, build_workload
+
+METRICS = (
+    "makespan",
+    "utilization",
+    "mean_wait",
+    "median_wait",
+    "mean_turnaround",
+    "median_turnaround",
+    "mean_slowdown",
+    "mean_bounded_slowdown",
+    "shrinks_per_job",
+    "expands_per_job",
+)
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    path: Path
+    nodes: int | None = None
+    cores_per_node: int = 1
+
+    def load(self) -> Trace:
+        return read_swf(self.path, self.nodes, self.cores_per_node)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    policy: str
+    fraction: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunRow:
+    policy: str
+    fraction: float
+    seed: int
+    jobs: int
+    wall_seconds: float
+    makespan: float
+    utilization: float
+    mean_wait: float
+    median_wait: float
+    mean_turnaround: float
+    median_turnaround: float
+    mean_slowdown: float
+    mean_bounded_slowdown: float
+    shrinks_per_job: float
+    expands_per_job: float
+
+
+_trace: Trace | None = None
+
+
+def _init(source: TraceSource) -> None:
+    global _trace
+    _trace = source.load()
+
+
+def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float) -> RunRow:
+    t = time.perf_counter()
+    jobs = build_workload(trace, spec.fraction, spec.seed, rule)
+    outcomes = simulate(jobs, trace.nodes, make_policy(spec.policy))
+    s = windowed_summary([o.record() for o in outcomes], trace.nodes, warmup)
+    wall = time.perf_counter() - t
+    return RunRow(spec.policy, spec.fraction, spec.seed, s.jobs, wall, **{m: getattr(s, m) for m in METRICS})
+
+
+def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float) -> RunRow:
+    assert _trace is not None
+    return run_one(_trace, spec, rule, warmup)
+
+
+def run_grid(
+    source: TraceSource,
+    specs: list[RunSpec],
+    rule: MalleabilityRule,
+    warmup: float,
+    workers: int | None = None,
+    progress: Callable[[int, int, RunRow], None] | None = None,
+) -> list[RunRow]:
+    """Every run, in parallel; rows come back in the order of `specs`."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
+    rows: dict[RunSpec, RunRow] = {}
+    if workers == 1:
+        _init(source)
+        for i, spec in enumerate(specs, 1):
+            rows[spec] = _worker(spec, rule, warmup)
+            if progress:
+                progress(i, len(specs), rows[spec])
+    else:
+        with ProcessPoolExecutor(workers, initializer=_init, initargs=(source,)) as pool:
+            futures = {pool.submit(_worker, spec, rule, warmup): spec for spec in specs}
+            for i, fut in enumerate(as_completed(futures), 1):
+                rows[futures[fut]] = fut.result()
+                if progress:
+                    progress(i, len(specs), rows[futures[fut]])
+    return [rows[s] for s in specs]
+
+
+def aggregate(rows: list[RunRow]) -> Iterator[dict]:
+    """One record per (policy, fraction): mean, median and IQR of every metric over seeds."""
+    groups: dict[tuple[str, float], list[RunRow]] = {}
+    for r in rows:
+        groups.setdefault((r.policy, r.fraction), []).append(r)
+    for (policy, fraction), rs in groups.items():
+        rec: dict = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
+        for m in METRICS:
+            mean, median, iqr = spread([getattr(r, m) for r in rs])
+            rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, median, iqr
+        yield rec
+
+
+def text_progress(stream=sys.stderr) -> Callable[[int, int, RunRow], None]:
+    """A progress bar on a terminal, one line per run otherwise (logs stay readable)."""
+    tty = stream.isatty()
+    start = time.monotonic()
+
+    def show(done: int, total: int, row: RunRow) -> None:
+        width = 30
+        bar = "#" * (width * done // total) + "." * (width - width * done // total)
+        el = time.monotonic() - start
+        msg = (f"[{bar}] {done}/{total} {el:5.1f} s  {row.policy} {100 * row.fraction:.0f}% "
+               f"seed {row.seed} ({row.wall_seconds:.2f} s)")
+        if tty:
+            stream.write("\r" + msg.ljust(100))
+            if done == total:
+                stream.write("\n")
+        else:
+            stream.write(msg + "\n")
+        stream.flush()
+
+    return show
+
+
+def row_dict(r: RunRow) -> dict:
+    return asdict(r)

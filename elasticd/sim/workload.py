@@ -1,0 +1,117 @@
+"""Turning a rigid trace into a (partly) malleable workload, reproducibly.
+
+Which jobs become malleable is a seeded permutation: for one seed, the jobs malleable at
+20 % are also malleable at 40 %, so a grid isolates the effect of the fraction.
+
+Two rules give a malleable job its node range (logged size n0, speedup S, efficiency
+E(n) = S(n)/n):
+- "efficiency" (real-workloads paper; it cites its thresholds without giving them, so
+  these are parameters): preferred = the largest n <= cap with E(n) >= pref_efficiency
+  (0.8); max = the largest n <= cap with E(n) >= max_efficiency (0.5), at least n0;
+  min = the smallest n with S(n) >= min_speed * S(n0) (0.25: at most 4x slower).
+- "mebf" (MEBF paper): preferred = n0, min = ceil(n0 / 2), max = min(5 * n0, cap).
+
+Every job's work is run * S(n0) node-seconds-on-one-node, so at its logged size it runs
+exactly its logged time; resized, it runs what the model says (the same WorkProgress the
+synthetic application uses), plus the reconfiguration cost.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from elastic_apps.models import Amdahl, ReconfigCost, Rho, SpeedupModel
+
+from elasticd.sim.swf import Trace
+
+
+@dataclass(frozen=True)
+class SimJob:
+    job_id: int
+    submit: float
+    run: float  # logged run time at the logged size
+    nodes: int  # logged size
+    limit: float
+    malleable: bool
+    min_nodes: int
+    max_nodes: int
+    preferred: int
+    speedup: SpeedupModel
+    work: float
+    cost: ReconfigCost
+
+
+@dataclass(frozen=True)
+class MalleabilityRule:
+    rule: str = "efficiency"  # or "mebf"
+    model: str = "amdahl"  # or "rho": the family each job's parameter is drawn from
+    param_low: float = 0.0
+    param_high: float = 0.05
+    pref_efficiency: float = 0.8
+    max_efficiency: float = 0.5
+    min_speed: float = 0.25
+    cost: ReconfigCost = ReconfigCost(alpha=0.375)
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("efficiency", "mebf"):
+            raise ValueError(f"unknown malleability rule {self.rule!r}: use efficiency or mebf")
+        if self.model not in ("amdahl", "rho"):
+            raise ValueError(f"unknown speedup model {self.model!r}: use amdahl or rho")
+        if not 0 <= self.param_low <= self.param_high < 1:
+            raise ValueError("model parameter range must satisfy 0 <= low <= high < 1")
+
+
+def _largest_with_efficiency(s: SpeedupModel, cap: int, threshold: float) -> int:
+    """Efficiency falls with n for both models: binary search the last n meeting it."""
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if s.speedup(mid) / mid >= threshold:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _smallest_with_speed(s: SpeedupModel, target: float, upto: int) -> int:
+    lo, hi = 1, upto
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s.speedup(mid) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def node_range(n0: int, s: SpeedupModel, cap: int, rule: MalleabilityRule) -> tuple[int, int, int]:
+    """(min, max, preferred) for a job logged at n0 nodes."""
+    if rule.rule == "mebf":
+        return max(1, math.ceil(n0 / 2)), min(cap, 5 * n0), n0
+    hi = max(n0, _largest_with_efficiency(s, cap, rule.max_efficiency))
+    pref = min(hi, _largest_with_efficiency(s, cap, rule.pref_efficiency))
+    lo = min(pref, _smallest_with_speed(s, rule.min_speed * s.speedup(n0), n0))
+    return lo, hi, pref
+
+
+def build_workload(trace: Trace, fraction: float, seed: int, rule: MalleabilityRule = MalleabilityRule()) -> list[SimJob]:
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError("malleable fraction must be in [0, 1]")
+    rng = random.Random(seed)
+    order = list(range(len(trace.jobs)))
+    rng.shuffle(order)
+    chosen = set(order[: round(fraction * len(order))])
+    # Drawn for every job whatever the fraction, so a job's model does not depend on it.
+    params = [rng.uniform(rule.param_low, rule.param_high) for _ in trace.jobs]
+    out = []
+    for i, j in enumerate(trace.jobs):
+        s: SpeedupModel = Amdahl(params[i]) if rule.model == "amdahl" else Rho(params[i])
+        work = j.run * s.speedup(j.nodes)
+        if i in chosen:
+            lo, hi, pref = node_range(j.nodes, s, trace.nodes, rule)
+            out.append(SimJob(j.job_id, j.submit, j.run, j.nodes, j.limit, True, lo, hi, pref, s, work, rule.cost))
+        else:
+            out.append(SimJob(j.job_id, j.submit, j.run, j.nodes, j.limit, False, j.nodes, j.nodes, j.nodes, s, work, rule.cost))
+    return out
