@@ -7,7 +7,6 @@ import argparse
 import csv
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from elasticd.errors import ElasticError
@@ -65,7 +64,7 @@ def _range(text: str) -> tuple[float, float]:
 def run_sim(args: argparse.Namespace) -> int:
     from elastic_apps.models import ReconfigCost
 
-    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, row_dict, run_grid, text_progress
+    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress
     from elasticd.sim.workload import MalleabilityRule
 
     source = TraceSource(args.trace, args.nodes, args.cores_per_node)
