@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--rule", choices=["efficiency", "mebf"], default="efficiency",
                    help="how a malleable job's min/preferred/max are set (default efficiency)")
     s.add_argument("--model", choices=["amdahl", "rho"], default="amdahl", help="speedup model family")
-    s.add_argument("--model-range", default="0,0.05", metavar="LO,HI",
-                   help="range each job's serial fraction (or rho) is drawn from (default 0,0.05)")
+    s.add_argument("--efficiency", default="0.6,0.95", metavar="LO,HI",
+                   help="range of each job's parallel efficiency at its logged size; its serial "
+                   "fraction (or rho) follows from it (default 0.6,0.95)")
     s.add_argument("--alpha", type=float, default=0.375, help="reconfiguration: seconds per node changed (default 0.375)")
     s.add_argument("--beta", type=float, default=0.0, help="reconfiguration: beta / (nodes involved) seconds")
     s.add_argument("--b", type=float, default=0.0, help="reconfiguration: process creation seconds per node")
@@ -57,7 +58,7 @@ def _range(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(x) for x in text.split(","))
     except ValueError:
-        raise ElasticError(f"--model-range {text!r}: give LO,HI") from None
+        raise ElasticError(f"--efficiency {text!r}: give LO,HI") from None
     return lo, hi
 
 
@@ -70,7 +71,7 @@ def run_sim(args: argparse.Namespace) -> int:
     source = TraceSource(args.trace, args.nodes, args.cores_per_node)
     trace = source.load()
     print(trace.report())
-    lo, hi = _range(args.model_range)
+    lo, hi = _range(args.efficiency)
     try:
         rule = MalleabilityRule(args.rule, args.model, lo, hi, cost=ReconfigCost(args.alpha, args.beta, args.b))
     except ValueError as exc:

@@ -286,7 +286,8 @@ class Core:
         order = self._current_order(job, order_id, "shrink")
         if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
             raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
-        foreign = [h for h in hosts if h not in job.hosts or h in job.leaving]
+        held = set(job.hosts)
+        foreign = [h for h in hosts if h not in held or h in job.leaving]
         if foreign:
             raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
         order.settled = "shrunk"
@@ -360,9 +361,9 @@ class Core:
         mine = [h for h in hosts if h in job.leaving]
         job.account(now)
         self.nodes.release(job_id, mine)
-        for h in mine:
-            job.hosts.remove(h)
-            job.leaving.discard(h)
+        gone = set(mine)
+        job.hosts = [h for h in job.hosts if h not in gone]
+        job.leaving -= gone
         job.account(now)
         order = job.order
         if order is not None and order.settled and not job.leaving:
@@ -407,7 +408,8 @@ class Core:
             raise OrderRejected("busy", f"job {job_id} has order {job.order.order_id} open; answer it first")
         if len(set(hosts)) != len(hosts) or not hosts:
             raise OrderRejected("bad_hosts", "release: name distinct hosts")
-        foreign = [h for h in hosts if h not in job.hosts or h in job.leaving]
+        held = set(job.hosts)
+        foreign = [h for h in hosts if h not in held or h in job.leaving]
         if foreign:
             raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
         lo, _hi, _ = job.bounds

@@ -11,9 +11,12 @@ E(n) = S(n)/n):
   min = the smallest n with S(n) >= min_speed * S(n0) (0.25: at most 4x slower).
 - "mebf" (MEBF paper): preferred = n0, min = ceil(n0 / 2), max = min(5 * n0, cap).
 
-Every job's work is run * S(n0) node-seconds-on-one-node, so at its logged size it runs
-exactly its logged time; resized, it runs what the model says (the same WorkProgress the
-synthetic application uses), plus the reconfiguration cost.
+Each job's speedup parameter is derived from an efficiency at its logged size drawn from
+`efficiency` (default 0.6..0.95): users logged sizes at which their codes ran reasonably,
+so a job logged on 512 nodes scales to 512 nodes, and one logged on 4 does not to 4,000.
+Every job's work is run * S(n0) seconds on one node, so at its logged size it runs exactly
+its logged time; resized, it runs what the model says (the same WorkProgress the synthetic
+application uses), plus the reconfiguration cost.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ class SimJob:
 @dataclass(frozen=True)
 class MalleabilityRule:
     rule: str = "efficiency"  # or "mebf"
-    model: str = "amdahl"  # or "rho": the family each job's parameter is drawn from
-    param_low: float = 0.0
-    param_high: float = 0.05
+    model: str = "amdahl"  # or "rho": the model family of every job
+    # Parallel efficiency S(n0)/n0 at the logged size n0, drawn uniformly per job.
+    eff_low: float = 0.6
+    eff_high: float = 0.95
     pref_efficiency: float = 0.8
     max_efficiency: float = 0.5
     min_speed: float = 0.25
@@ -59,8 +63,8 @@ class MalleabilityRule:
             raise ValueError(f"unknown malleability rule {self.rule!r}: use efficiency or mebf")
         if self.model not in ("amdahl", "rho"):
             raise ValueError(f"unknown speedup model {self.model!r}: use amdahl or rho")
-        if not 0 <= self.param_low <= self.param_high < 1:
-            raise ValueError("model parameter range must satisfy 0 <= low <= high < 1")
+        if not 0 < self.eff_low <= self.eff_high <= 1:
+            raise ValueError("efficiency range must satisfy 0 < low <= high <= 1")
 
 
 def _largest_with_efficiency(s: SpeedupModel, cap: int, threshold: float) -> int:
@@ -86,6 +90,16 @@ def _smallest_with_speed(s: SpeedupModel, target: float, upto: int) -> int:
     return lo
 
 
+def model_for(n0: int, efficiency: float, family: str) -> SpeedupModel:
+    """The model whose efficiency at n0 nodes is `efficiency`."""
+    n = max(n0, 2)
+    if family == "amdahl":
+        # E = 1 / (f n + 1 - f)  =>  f = (1/E - 1) / (n - 1)
+        return Amdahl(min(1.0, (1.0 / efficiency - 1.0) / (n - 1)))
+    # E = n^-rho  =>  rho = -ln E / ln n
+    return Rho(min(0.99, -math.log(efficiency) / math.log(n)))
+
+
 def node_range(n0: int, s: SpeedupModel, cap: int, rule: MalleabilityRule) -> tuple[int, int, int]:
     """(min, max, preferred) for a job logged at n0 nodes."""
     if rule.rule == "mebf":
@@ -104,10 +118,10 @@ def build_workload(trace: Trace, fraction: float, seed: int, rule: MalleabilityR
     rng.shuffle(order)
     chosen = set(order[: round(fraction * len(order))])
     # Drawn for every job whatever the fraction, so a job's model does not depend on it.
-    params = [rng.uniform(rule.param_low, rule.param_high) for _ in trace.jobs]
+    effs = [rng.uniform(rule.eff_low, rule.eff_high) for _ in trace.jobs]
     out = []
     for i, j in enumerate(trace.jobs):
-        s: SpeedupModel = Amdahl(params[i]) if rule.model == "amdahl" else Rho(params[i])
+        s = model_for(j.nodes, effs[i], rule.model)
         work = j.run * s.speedup(j.nodes)
         if i in chosen:
             lo, hi, pref = node_range(j.nodes, s, trace.nodes, rule)
