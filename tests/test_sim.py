@@ -1,0 +1,222 @@
+"""The trace simulator: exact schedules on hand-made traces, the reader on what real logs
+contain, conservation on the real traces, and the `elasticd sim` command end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from elastic_apps.models import Amdahl
+
+from conftest import BIN
+from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
+from elasticd.policies import make_policy
+from elasticd.sim.simulator import JobOutcome, simulate
+from elasticd.sim.swf import TraceError, read_swf
+from elasticd.sim.workload import MalleabilityRule, build_workload, node_range
+
+TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+
+
+def swf(tmp_path: Path, rows: list[str], header: str = "; MaxNodes: 4\n; MaxProcs: 4\n") -> Path:
+    p = tmp_path / "t.swf"
+    p.write_text(header + "\n".join(rows) + "\n")
+    return p
+
+
+def row(jid: int, submit: float, run: float, procs: int, req: float, status: int = 1) -> str:
+    return f"{jid} {submit} -1 {run} {procs} -1 -1 {procs} {req} -1 {status} 1 1 -1 -1 -1 -1 -1"
+
+
+TINY = [
+    row(1, 0, 100, 3, 100),
+    row(2, 10, 50, 2, 50),
+    row(3, 20, 30, 1, 30),
+    row(4, 30, 200, 1, 200),
+]
+
+
+def starts(tmp_path: Path, policy: str, rows: list[str] = TINY) -> dict[int, tuple[float, float]]:
+    trace = read_swf(swf(tmp_path, rows))
+    out = simulate(build_workload(trace, 0.0, 1), trace.nodes, make_policy(policy))
+    return {o.job_id: (o.start, o.end) for o in out}
+
+
+def test_fcfs_schedule_of_a_tiny_trace_is_exactly_as_computed_by_hand(tmp_path: Path) -> None:
+    # 4 nodes. J1 takes 3 at 0; J2 (2 nodes) blocks the queue until J1 ends at 100;
+    # then J2, J3 and J4 all start at 100.
+    assert starts(tmp_path, "fcfs") == {1: (0, 100), 2: (100, 150), 3: (100, 130), 4: (100, 300)}
+
+
+def test_easy_schedule_of_a_tiny_trace_is_exactly_as_computed_by_hand(tmp_path: Path) -> None:
+    # J2 waits for J1 (reservation at 100, 2 spare nodes then). J3 (30 s) ends by 100:
+    # backfilled at 20. J4 (200 s) would not end by 100 but fits the spare nodes: it is
+    # backfilled when J3 frees a node at 50. J2 starts at its reservation, 100.
+    assert starts(tmp_path, "easy") == {1: (0, 100), 2: (100, 150), 3: (20, 50), 4: (50, 250)}
+
+
+def test_easy_refuses_a_backfill_that_would_delay_the_reservation(tmp_path: Path) -> None:
+    # As above but J2 needs all 4 nodes: no spare at the reservation, so the long 1-node
+    # J4 must not start before J2; the short J3 still may.
+    rows = [row(1, 0, 100, 3, 100), row(2, 10, 50, 4, 50), row(3, 20, 30, 1, 30), row(4, 30, 200, 1, 200)]
+    got = starts(tmp_path, "easy", rows)
+    assert got[3] == (20, 50)
+    assert got[2] == (100, 150)
+    assert got[4] == (150, 350)
+
+
+def test_reader_counts_every_dropped_job_under_its_reason(tmp_path: Path) -> None:
+    rows = [
+        row(1, 100, 50, 2, 60),
+        row(2, 110, 0, 2, 60),  # cancelled: zero run time
+        row(3, 120, -1, 2, 60),  # unknown run time
+        row(4, 130, 50, 9, 60),  # wider than the machine
+        row(5, 140, 80, 1, -1),  # no requested time
+        row(6, 150, 90, 1, 30),  # ran past its request
+        "7 160 -1 abc 1",  # malformed
+        "",
+        row(8, 170, 10, -1, 20),  # unknown size
+    ]
+    t = read_swf(swf(tmp_path, rows))
+    assert [j.job_id for j in t.jobs] == [1, 5, 6]
+    assert t.jobs[0].submit == 0  # submit times start at the first kept job
+    assert t.dropped == {
+        "zero or unknown run time (cancelled)": 2,
+        "wider than the machine": 1,
+        "malformed line": 1,
+        "unknown size": 1,
+    }
+    assert t.bad_lines == [9]  # header lines count: the malformed row is line 9 of the file
+    by_id = {j.job_id: j for j in t.jobs}
+    assert by_id[5].limit == pytest.approx(100)  # 1.25 x run
+    assert by_id[6].limit == 90  # never below the run time
+    assert "dropped" in t.report() and "malformed lines 9" in t.report()
+
+
+def test_reader_in_strict_mode_names_the_malformed_line(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"t.swf:4: malformed SWF line"):
+        read_swf(swf(tmp_path, [row(1, 0, 5, 1, 5), "1 2 3"]), strict=True)
+
+
+def test_reader_needs_a_capacity(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no capacity"):
+        read_swf(swf(tmp_path, [row(1, 0, 5, 1, 5)], header=""))
+    t = read_swf(swf(tmp_path, [row(1, 0, 5, 1, 5)], header=""), nodes=8)
+    assert t.nodes == 8
+
+
+def test_processors_become_nodes_with_cores_per_node(tmp_path: Path) -> None:
+    t = read_swf(swf(tmp_path, [row(1, 0, 5, 3, 5)], header="; MaxNodes: 8\n; MaxProcs: 8\n"), cores_per_node=2)
+    assert t.nodes == 4 and t.jobs[0].nodes == 2
+
+
+def test_malleable_fraction_is_seeded_and_nested() -> None:
+    trace = read_swf(TRACES / "hpc2n-2002-subset.swf")
+    w20 = {j.job_id for j in build_workload(trace, 0.2, 7) if j.malleable}
+    w40 = {j.job_id for j in build_workload(trace, 0.4, 7) if j.malleable}
+    assert len(w20) == round(0.2 * len(trace.jobs))
+    assert w20 < w40
+    assert w20 == {j.job_id for j in build_workload(trace, 0.2, 7) if j.malleable}
+    assert w20 != {j.job_id for j in build_workload(trace, 0.2, 8) if j.malleable}
+
+
+def test_mebf_rule_sets_half_and_five_times_the_logged_size() -> None:
+    rule = MalleabilityRule(rule="mebf")
+    assert node_range(8, Amdahl(0.01), 100, rule) == (4, 40, 8)
+    assert node_range(30, Amdahl(0.01), 100, rule) == (15, 100, 30)  # capped by the machine
+    assert node_range(1, Amdahl(0.01), 100, rule) == (1, 5, 1)
+
+
+def test_efficiency_rule_brackets_the_logged_size() -> None:
+    rule = MalleabilityRule()
+    lo, hi, pref = node_range(64, Amdahl(0.002), 4096, rule)
+    assert lo <= pref <= hi and lo <= 64 <= hi
+    # E(n) = 1 / (f n + 1 - f) >= 0.8  <=>  f (n - 1) <= 0.25  <=>  n <= 126 for f = 0.2 %
+    assert pref == 126
+
+
+def test_a_job_logged_size_runs_exactly_its_logged_time(tmp_path: Path) -> None:
+    trace = read_swf(swf(tmp_path, [row(1, 0, 100, 2, 100)]))
+    out = simulate(build_workload(trace, 0.0, 1), trace.nodes, make_policy("easy"))
+    assert out[0].end - out[0].start == pytest.approx(100)
+
+
+def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int) -> None:
+    assert len(out) == n_jobs and all(o.state == "COMPLETED" for o in out)
+    changes = []
+    for o in out:
+        assert o.start is not None and o.end is not None
+        assert o.start >= o.submit - 1e-9, f"job {o.job_id} ran before its submission"
+        assert o.end > o.start
+        prev = 0
+        for t, n in o.sizes:
+            changes.append((t, n - prev))
+            prev = n
+        assert prev == 0
+    busy = 0
+    for _, d in sorted(changes, key=lambda c: (c[0], c[1])):  # frees before takes at one instant
+        busy += d
+        assert 0 <= busy <= nodes, "capacity exceeded"
+    recs = [o.record() for o in out]
+    assert busy_node_seconds(recs, -1, 1e18) == pytest.approx(sum(o.node_seconds for o in out), rel=1e-9)
+
+
+@pytest.mark.parametrize(("trace_name", "policy", "fraction"), [
+    ("hpc2n-2002-subset.swf", "easy", 0.0),
+    ("hpc2n-2002-subset.swf", "malleable", 1.0),
+    ("hpc2n-2002-subset.swf", "malleable", 0.4),
+    ("theta-2023.swf", "easy", 0.0),
+])
+def test_real_traces_conserve_jobs_time_and_capacity(trace_name: str, policy: str, fraction: float) -> None:
+    trace = read_swf(TRACES / trace_name)
+    out = simulate(build_workload(trace, fraction, 3), trace.nodes, make_policy(policy))
+    _check_conservation(out, trace.nodes, len(trace.jobs))
+    if fraction:
+        assert sum(o.shrinks + o.expands for o in out) > 0
+
+
+def test_windowed_summary_excludes_warm_up_and_drain_down() -> None:
+    recs = [
+        SizedRecord(1, 0, 0, 10, ((0, 2), (10, 0))),  # in the warm-up: excluded
+        SizedRecord(2, 100, 100, 200, ((100, 1), (200, 0))),
+        SizedRecord(3, 150, 160, 400, ((160, 2), (400, 0))),  # last submission at 150
+    ]
+    s = windowed_summary(recs, total_nodes=2, warmup=50)
+    assert s.jobs == 2
+    assert s.mean_wait == pytest.approx(5)
+    assert s.makespan == 400
+    # Window [50, 150]: job 2 uses 1 node for 50 s of it; job 3 has not started.
+    assert s.utilization == pytest.approx(50 / (2 * 100))
+
+
+def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf"), "--policy", "easy",
+                        "--policy", "malleable", "--malleable", "0,100", "--seeds", "2", "--out", str(out),
+                        "--workers", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "3145 jobs kept on 240 nodes" in r.stdout
+    assert "malleable  100" in r.stdout
+    runs = list(csv.DictReader(open(out / "runs.csv")))
+    assert len(runs) == 8
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["trace"]["dropped"] == {"zero or unknown run time (cancelled)": 25}
+    cell = next(s for s in doc["summary"] if s["policy"] == "malleable" and s["fraction"] == 1.0)
+    base = next(s for s in doc["summary"] if s["policy"] == "easy" and s["fraction"] == 0.0)
+    assert cell["mean_wait_mean"] < base["mean_wait_mean"]
+    assert {"mean_wait_mean", "mean_wait_median", "mean_wait_iqr"} <= set(cell)
+    for png in ("grid.png", "utilization.png", "gantt-easy.png", "gantt-malleable.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_sim_command_rejects_bad_arguments_clearly(tmp_path: Path) -> None:
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(tmp_path / "missing.swf")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf"), "--malleable", "0,150"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "within 0..100" in r.stderr
