@@ -1,0 +1,146 @@
+"""How fast and how lean the trace simulator is.
+
+For theta-2023.swf (8.4K jobs, 4,360 nodes): wall time and peak memory (RSS of a fresh
+process per configuration) at 0 % and 100 % malleable per policy, against a minimal
+single-purpose EASY simulator in plain Python measured in the same run (the baseline the
+general one may cost at most 3x of); then how run time grows with trace length on traces
+made 2x, 4x and 8x longer by repeating the trace after itself.
+
+Targets: rigid EASY under 1 s, every malleable policy under 10 s, peak memory under 1 GB.
+
+    .venv/bin/python benchmarks/sim_speed.py [--policies easy,malleable,...] [--scaling-policy easy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TRACE = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "theta-2023.swf"
+
+
+def load(repeat: int = 1):
+    from elasticd.sim.swf import Trace, TraceJob, read_swf
+
+    t = read_swf(TRACE)
+    if repeat == 1:
+        return t
+    span = max(j.submit for j in t.jobs) + 1
+    jobs = [TraceJob(j.job_id + k * 10_000_000, j.submit + k * span, j.run, j.nodes, j.limit)
+            for k in range(repeat) for j in t.jobs]
+    return Trace(f"{t.name} x{repeat}", t.nodes, jobs)
+
+
+def minimal_easy(jobs: list[tuple[float, float, int, float]], nodes: int) -> float:
+    """A single-purpose EASY simulator: (submit, run, size, limit) -> makespan. Baseline only."""
+    events: list[tuple[float, int, int]] = []  # (time, kind 0=end 1=submit, index)
+    for i, (s, _, _, _) in enumerate(jobs):
+        events.append((s, 1, i))
+    heapq.heapify(events)
+    free = nodes
+    queue: list[int] = []
+    running: list[tuple[float, int]] = []  # (estimated end, size)
+    end_of = {}
+    last = 0.0
+    while events:
+        now = events[0][0]
+        while events and events[0][0] == now:
+            _, kind, i = heapq.heappop(events)
+            if kind == 1:
+                queue.append(i)
+            else:
+                free += jobs[i][2]
+                running.remove((end_of[i], jobs[i][2]))
+                last = now
+        while queue and jobs[queue[0]][2] <= free:
+            i = queue.pop(0)
+            free -= jobs[i][2]
+            end_of[i] = now + jobs[i][3]
+            running.append((end_of[i], jobs[i][2]))
+            heapq.heappush(events, (now + jobs[i][1], 0, i))
+        if queue and free:
+            need = jobs[queue[0]][2]
+            avail, shadow, extra = free, float("inf"), 0
+            for e, n in sorted(running):
+                avail += n
+                if avail >= need:
+                    shadow, extra = e, avail - need
+                    break
+            for i in list(queue[1:]):
+                s, r, n, lim = jobs[i]
+                if n <= free and (now + lim <= shadow or n <= extra):
+                    queue.remove(i)
+                    free -= n
+                    if now + lim > shadow:
+                        extra -= n
+                    end_of[i] = now + lim
+                    running.append((end_of[i], n))
+                    heapq.heappush(events, (now + r, 0, i))
+    return last
+
+
+def one(policy: str, fraction: float, repeat: int) -> dict:
+    from elasticd.policies import make_policy
+    from elasticd.sim.simulator import simulate
+    from elasticd.sim.workload import build_workload
+
+    trace = load(repeat)
+    t = time.perf_counter()
+    if policy == "minimal-easy":
+        minimal_easy([(j.submit, j.run, j.nodes, j.limit) for j in trace.jobs], trace.nodes)
+    else:
+        simulate(build_workload(trace, fraction, 1), trace.nodes, make_policy(policy))
+    wall = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB on Linux
+    return {"policy": policy, "fraction": fraction, "repeat": repeat, "jobs": len(trace.jobs), "wall": wall, "rss_mib": rss}
+
+
+def measure(policy: str, fraction: float, repeat: int = 1) -> dict:
+    """Each configuration in a fresh interpreter, so peak memory is its own."""
+    out = subprocess.run([sys.executable, __file__, "--one", policy, str(fraction), str(repeat)],
+                         capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policies", default="easy,malleable", help="comma-separated policies")
+    ap.add_argument("--scaling-policy", default="easy")
+    ap.add_argument("--one", nargs=3, metavar=("POLICY", "FRACTION", "REPEAT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one[0], float(args.one[1]), int(args.one[2]))))
+        return 0
+
+    base = measure("minimal-easy", 0.0)
+    print(f"theta-2023.swf: {base['jobs']} jobs")
+    print(f"{'minimal single-purpose EASY (baseline)':<44} {base['wall']:7.3f} s  {base['rss_mib']:6.0f} MiB")
+    ok = True
+    for p in args.policies.split(","):
+        for frac in (0.0, 1.0):
+            r = measure(p, frac)
+            target = 1.0 if (frac == 0.0 and p == "easy") else 10.0
+            good = r["wall"] < target and r["rss_mib"] < 1024
+            ok &= good
+            ratio = r["wall"] / base["wall"]
+            print(f"{p + f' {100 * frac:.0f}% malleable':<44} {r['wall']:7.3f} s  {r['rss_mib']:6.0f} MiB  "
+                  f"{ratio:5.1f}x baseline  [target < {target:g} s, < 1 GiB] {'OK' if good else 'MISSED'}")
+    print(f"\nscaling ({args.scaling_policy}, 0% and 100% malleable) with trace length:")
+    for frac in (0.0, 1.0):
+        prev = None
+        for k in (1, 2, 4, 8):
+            r = measure(args.scaling_policy, frac, k)
+            growth = "" if prev is None else f"  x{r['wall'] / prev:.2f} for 2x jobs"
+            print(f"  {100 * frac:3.0f}%  x{k}: {r['jobs']:6d} jobs {r['wall']:7.2f} s {r['rss_mib']:6.0f} MiB{growth}")
+            prev = r["wall"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
