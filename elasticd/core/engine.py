@@ -37,6 +37,13 @@ from elasticd.policies.base import (
 )
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
+_SIZE_EVENTS = frozenset({"started", "grown", "shrunk", "released"})
+
+
+def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
+    """(time, nodes) of every size the job has had since it started, for the policies that
+    replay a job's progress under its performance model."""
+    return tuple((e.time, e.nodes) for e in job.events if e.event in _SIZE_EVENTS)
 
 
 class Core:
@@ -46,10 +53,14 @@ class Core:
         policy: Policy,
         first_job_id: int = 1,
         order_deadline: float = 30.0,
+        refuse_backoff: float = 10.0,
     ) -> None:
         self.nodes = NodeTable(list(node_names))
         self.policy = policy
         self.order_deadline = order_deadline
+        # After a refusal the policy leaves the job alone this long (a user's resize does
+        # not wait): an application that always refuses is not asked on every pass.
+        self.refuse_backoff = refuse_backoff
         self.jobs: dict[int, Job] = {}
         self._next_id = first_job_id
         self._next_order = 1
@@ -95,6 +106,22 @@ class Core:
             and now >= job.no_orders_until
         )
 
+    def policy_may_order(self, job: Job, now: float) -> bool:
+        return self.can_take_order(job, now) and now >= job.refused_until
+
+    def why_no_order(self, job: Job, now: float) -> str:
+        if not job.malleable_ready:
+            return "it has not registered a handler" if not job.deregistered else "it deregistered for good"
+        if job.ending_as is not None:
+            return "it is being ended"
+        if job.order is not None:
+            return f"it is busy with order {job.order.order_id}"
+        if job.leaving:
+            return "hosts it gave back are still being reclaimed"
+        if now < job.no_orders_until:
+            return f"it deferred orders for another {job.no_orders_until - now:.0f} s"
+        return f"it is {job.state.value}"
+
     def snapshot(self, now: float) -> Snapshot:
         pending = tuple(self._pending.values())
         running = []
@@ -107,7 +134,7 @@ class Core:
             else:
                 j = self.jobs[jid]
                 view = self._running_view(j, now)
-                valid_until = j.no_orders_until if now < j.no_orders_until else math.inf
+                valid_until = min((t for t in (j.no_orders_until, j.refused_until) if t > now), default=math.inf)
                 views[jid] = (view, valid_until)
             running.append(view)
             if view.ending:
@@ -128,7 +155,7 @@ class Core:
             preferred=pref,
             start_time=j.start_time,
             time_limit=j.time_limit,
-            malleable_ready=self.can_take_order(j, now),
+            malleable_ready=self.policy_may_order(j, now),
             last_resize=j.last_resize,
             ending=j.ending_as is not None,
             resizing=j.order is not None or bool(j.leaving),
@@ -136,12 +163,18 @@ class Core:
             requested_at=j.requested_at,
             leaving=len(j.leaving),
             shrinking=j.order.count if j.order and j.order.kind == "shrink" and not j.order.settled else 0,
+            submit_time=j.submit_time,
+            model=j.spec.model,
+            evolution=j.spec.evolution_steps,
+            history=_size_history(j),
         )
 
     @staticmethod
     def _pending_view(j: Job) -> PendingView:
         lo, hi, pref = j.bounds
-        return PendingView(j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit)
+        return PendingView(
+            j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit, j.spec.model, j.spec.evolution_steps
+        )
 
     # ---- submission and scheduling ---------------------------------------------------
     def check_fits(self, spec: JobSpec) -> None:
@@ -204,16 +237,17 @@ class Core:
         job.record(now, "started")
         return [Launch(job.job_id, tuple(job.hosts))]
 
-    def _resizable(self, job_id: int, what: str, now: float) -> Job:
+    def _resizable(self, job_id: int, what: str, now: float, by_user: bool = False) -> Job:
         job = self._touch(job_id)
         if job is None or job_id not in self._active:
             raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which is not running")
-        if job.kind not in RESIZABLE or not self.can_take_order(job, now):
+        may = self.can_take_order if by_user else self.policy_may_order
+        if job.kind not in RESIZABLE or not may(job, now):
             raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which cannot take an order now")
         return job
 
-    def _order_shrink(self, d: Shrink, now: float) -> list[Action]:
-        job = self._resizable(d.job_id, "shrink", now)
+    def _order_shrink(self, d: Shrink, now: float, by_user: bool = False) -> list[Action]:
+        job = self._resizable(d.job_id, "shrink", now, by_user)
         lo, _hi, _ = job.bounds
         if not 1 <= d.by <= job.size - lo:
             raise PolicyError(
@@ -223,8 +257,8 @@ class Core:
         job.record(now, "shrink_ordered", f"order {order.order_id}: shrink by {d.by}")
         return [SendOrder(job.job_id, order.order_id, "shrink", d.by, (), self.order_deadline)]
 
-    def _order_grow(self, d: Grow, now: float) -> list[Action]:
-        job = self._resizable(d.job_id, "grow", now)
+    def _order_grow(self, d: Grow, now: float, by_user: bool = False) -> list[Action]:
+        job = self._resizable(d.job_id, "grow", now, by_user)
         _lo, hi, _ = job.bounds
         if not 1 <= d.by <= min(hi - job.size, self.nodes.free_count):
             raise PolicyError(
@@ -259,16 +293,15 @@ class Core:
         if job_id not in self._active:
             raise ResizeRejected(f"job {job_id} is {job.state.value}, not running")
         if not self.can_take_order(job, now):
-            why = "it has not registered a handler" if not job.malleable_ready else "it is busy with another order"
-            raise ResizeRejected(f"job {job_id} cannot take an order now: {why}")
+            raise ResizeRejected(f"job {job_id} cannot take an order now: {self.why_no_order(job, now)}")
         if not lo <= nodes <= hi:
             raise ResizeRejected(f"job {job_id} runs on {lo} to {hi} nodes, not {nodes}")
         if nodes < job.size:
-            return self._order_shrink(Shrink(job_id, job.size - nodes), now)
+            return self._order_shrink(Shrink(job_id, job.size - nodes), now, by_user=True)
         if nodes > job.size:
             if nodes - job.size > self.nodes.free_count:
                 raise ResizeRejected(f"only {self.nodes.free_count} nodes are free")
-            return self._order_grow(Grow(job_id, nodes - job.size), now)
+            return self._order_grow(Grow(job_id, nodes - job.size), now, by_user=True)
         return []
 
     # ---- the application's side of an order -----------------------------------------
@@ -317,6 +350,7 @@ class Core:
             job.record(now, "deferred", f"order {order_id}: {defer:g} s")
             return self._drop_order(job, order, "deferred", now)
         job.record(now, "refused", f"order {order_id}: {reason}".strip())
+        job.refused_until = now + self.refuse_backoff
         return self._drop_order(job, order, "refused", now)
 
     def order_deadline_passed(self, job_id: int, order_id: int, now: float) -> list[Action]:

@@ -46,6 +46,7 @@ class Job:
     requested: int = 0
     requested_at: float | None = None
     no_orders_until: float = 0.0
+    refused_until: float = 0.0  # policies leave the job alone until then
     events: list[JobEvent] = field(default_factory=list)
     node_seconds: float = 0.0
     _size_since: float | None = None
