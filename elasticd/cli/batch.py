@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from elastic_protocol.control import Queue, QueueDocument, Stop, Submit, Wait
+from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.timefmt import format_duration
 
 from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
@@ -24,11 +25,11 @@ from elasticd.jobfile import job_files, load_job_file
 from elasticd.metrics import JobRecord, job_metrics, summarize
 
 
-def run_batch(args: argparse.Namespace) -> int:
-    nodes = node_names_for(args)
+def load_batch(targets: list[Path], nodes: int) -> list[JobSpec]:
+    """Every job file of the targets, validated, or one JobFileError listing all problems."""
     specs = []
     problems: list[str] = []
-    for target in args.targets:
+    for target in targets:
         try:
             files = job_files(target)
         except JobFileError as exc:
@@ -40,28 +41,42 @@ def run_batch(args: argparse.Namespace) -> int:
             except JobFileError as exc:
                 problems.extend(f"{exc.path}: {p}" for p in exc.problems)
                 continue
-            if spec.node_bounds[0] > len(nodes):
-                problems.append(f"{f}: nodes: {spec.node_bounds[0]} nodes requested but --local gives {len(nodes)}")
+            if spec.node_bounds[0] > nodes:
+                problems.append(f"{f}: nodes: {spec.node_bounds[0]} nodes requested but --local gives {nodes}")
             specs.append(spec)
     if problems:
         raise JobFileError("batch", problems)
     if not specs:
         raise ElasticError("no job files given")
-    specs.sort(key=lambda s: 0.0 if args.no_offsets else s.submit_offset)
+    return specs
 
+
+def execute_batch(
+    specs: list[JobSpec],
+    nodes: int,
+    policy: str,
+    kill_wait: float,
+    extra: list[str],
+    offsets: bool = True,
+    timeout: float | None = None,
+    announce: bool = True,
+) -> tuple[QueueDocument, bool]:
+    """Run the jobs on a private local daemon (at their submit offsets) until all end."""
+    specs = sorted(specs, key=lambda s: s.submit_offset if offsets else 0.0)
     state_dir = Path(tempfile.mkdtemp(prefix="elastic-run-"))
-    rec = start_detached(state_dir, len(nodes), args.policy, args.kill_wait, extra=tuning_args(args))
-    print(f"elasticd run: {len(specs)} jobs on {len(nodes)} local nodes, policy {args.policy} (daemon pid {rec.pid})")
+    rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
+    if announce:
+        print(f"elasticd run: {len(specs)} jobs on {nodes} local nodes, policy {policy} (daemon pid {rec.pid})")
     try:
         with ControlClient(rec, "elasticd-run") as c:
             t0 = time.monotonic()
             ids = []
             for spec in specs:
-                delay = (0.0 if args.no_offsets else spec.submit_offset) - (time.monotonic() - t0)
+                delay = (spec.submit_offset if offsets else 0.0) - (time.monotonic() - t0)
                 if delay > 0:
                     time.sleep(delay)
                 ids.append(c.request(Submit(spec=spec))["job_id"])
-            done = c.request(Wait(job_ids=ids, timeout=args.timeout), timeout=None)["done"]
+            done = c.request(Wait(job_ids=ids, timeout=timeout), timeout=None)["done"]
             doc = QueueDocument.model_validate(c.request(Queue(job_ids=ids)))
             c.request(Stop(), timeout=None)
     except KeyboardInterrupt:
@@ -69,9 +84,17 @@ def run_batch(args: argparse.Namespace) -> int:
         raise
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-    print_report(doc, len(nodes))
+    return doc, done
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    nodes = len(node_names_for(args))
+    specs = load_batch(args.targets, nodes)
+    doc, done = execute_batch(specs, nodes, args.policy, args.kill_wait, tuning_args(args),
+                              offsets=not args.no_offsets, timeout=args.timeout)
+    print_report(doc, nodes)
     if args.json:
-        args.json.write_text(json.dumps(report_json(doc, len(nodes)), indent=2))
+        args.json.write_text(json.dumps(report_json(doc, nodes, args.policy), indent=2))
     if not done:
         raise ElasticError(f"the batch did not finish within {args.timeout} s; the rest was cancelled")
     return 0 if all(j.state == "COMPLETED" for j in doc.jobs) else 2
@@ -121,11 +144,16 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
     print(f"mean bounded slowdown   {s.mean_bounded_slowdown:.3f} (tau = 10 s)")
 
 
-def report_json(doc: QueueDocument, total_nodes: int) -> dict:
+def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None) -> dict:
+    """Metrics plus the whole queue document (events with hosts), so `elasticd report`
+    can draw the run later."""
     recs = records(doc)
     return {
         "version": 1,
+        "kind": "run",
         "nodes": total_nodes,
+        "policy": policy,
         "jobs": [asdict(job_metrics(r)) for r in recs],
         "summary": asdict(summarize(recs, total_nodes)),
+        "queue": doc.model_dump(),
     }

@@ -24,7 +24,8 @@ def node_names_for(args: argparse.Namespace) -> list[str]:
 
 
 def tuning_args(args: argparse.Namespace) -> list[str]:
-    return ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval)]
+    return ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval),
+            "--schedule-interval", str(args.schedule_interval)]
 
 
 def start_detached(state_dir: Path, local: int, policy: str, kill_wait: float, listen: str = "127.0.0.1",

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from elasticd import __version__
-from elasticd.cli import sim_cmd
+from elasticd.cli import experiment_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
 from elasticd.cli.common import add_state_dir, fail, run_tool
@@ -31,6 +31,8 @@ def _common_start_args(p: argparse.ArgumentParser) -> None:
                    help="seconds an application has to answer a shrink or grow order (default 30)")
     p.add_argument("--min-resize-interval", type=float, default=10.0, metavar="S",
                    help="malleable policy: least seconds between two resizes of one job (default 10)")
+    p.add_argument("--schedule-interval", type=float, default=5.0, metavar="S",
+                   help="also run the policy this often while jobs exist (default 5)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_state_dir(rz)
 
     sim_cmd.add_parser(sub)
+    experiment_cmd.add_parsers(sub)
 
     r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")
     r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR")
@@ -105,7 +108,8 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: list[str
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = DaemonConfig(state_dir=state_dir, node_names=nodes, policy=args.policy,
                        listen_host=args.listen, app_host=args.listen, kill_wait=args.kill_wait,
-                       order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval)
+                       order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
+                       schedule_interval=args.schedule_interval)
 
     async def serve() -> None:
         await Daemon(cfg).serve()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elasticd.core.job import Job
-
 _CURVES = (
     ("mean_turnaround", "mean turnaround (s)"),
     ("mean_wait", "mean wait (s)"),
@@ -52,19 +50,20 @@ def plot_grid(summary: list[dict], path: Path, title: str) -> Path:
     return path
 
 
-def plot_utilization(series: dict[str, list[tuple[float, int]]], nodes: int, path: Path, title: str) -> Path:
+def plot_utilization(series: dict[str, list[tuple[float, int]]], nodes: int, path: Path, title: str,
+                     time_unit: float = 3600.0, unit_name: str = "h") -> Path:
     """Busy nodes over time (step curves), one per run, as a fraction of the machine."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(12, 4))
     for label, pts in series.items():
         if not pts:
             continue
-        xs = [t / 3600 for t, _ in pts]
+        xs = [t / time_unit for t, _ in pts]
         ys = [n / nodes for _, n in pts]
         ax.step(xs, ys, where="post", label=label, linewidth=0.8)
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("busy nodes (fraction)")
-    ax.set_ylim(0, 1.05)
+    ax.set_xlabel(f"time ({unit_name})")
+    ax.set_ylabel("fraction of the nodes")
+    ax.set_ylim(bottom=0)
     ax.legend()
     ax.grid(alpha=0.3)
     ax.set_title(title)
@@ -97,7 +96,7 @@ def size_changes(sizes_per_job: list[tuple[tuple[float, int], ...]]) -> list[tup
     return changes
 
 
-def plot_gantt(jobs: list[Job], node_index: dict[str, int], t0: float, t1: float, path: Path, title: str,
+def plot_gantt(jobs: list, node_index: dict[str, int], t0: float, t1: float, path: Path, title: str,
                time_unit: float = 3600.0, unit_name: str = "h") -> Path:
     """Nodes (rows) over time, a colour per job; a job's shape changes where it was resized."""
     plt = _plt()

@@ -47,14 +47,14 @@ class JobOutcome:
         return SizedRecord(self.job_id, self.submit, self.start, self.end, self.sizes, self.shrinks, self.expands)
 
 
-_SPECS: dict[tuple[bool, int, int, int, int], JobSpec] = {}
+_SPECS: dict[tuple[bool, bool, int, int, int, int], JobSpec] = {}
 
 
 def _spec(j: SimJob) -> JobSpec:
     """Trace jobs were validated by the reader, so pydantic's validation is skipped; specs
     are frozen, so jobs alike share one."""
     limit = int(math.ceil(j.limit))
-    key = (j.malleable, j.min_nodes, j.max_nodes, j.preferred, limit)
+    key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit)
     spec = _SPECS.get(key)
     if spec is None:
         spec = _SPECS[key] = _make_spec(j, limit)
@@ -63,10 +63,10 @@ def _spec(j: SimJob) -> JobSpec:
 
 def _make_spec(j: SimJob, limit: int) -> JobSpec:
     tl = f"{limit // 60}:{limit % 60:02d}"
-    if j.malleable:
+    if j.malleable or j.moldable:
         nodes = NodeRange.model_construct(min=j.min_nodes, max=j.max_nodes, preferred=j.preferred)
         return JobSpec.model_construct(name="sim", command=["sim"], nodes=nodes,
-                                       kind=JobKind.MALLEABLE, time_limit=tl)
+                                       kind=JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE, time_limit=tl)
     return JobSpec.model_construct(name="sim", command=["sim"], nodes=j.nodes,
                                    kind=JobKind.RIGID, time_limit=tl)
 
@@ -124,6 +124,7 @@ class Simulation:
                 p = WorkProgress(j.work, j.speedup, j.cost, len(a.hosts), now)
                 if not j.malleable and len(a.hosts) == j.nodes:
                     p.remaining = j.run * j.speedup.speedup(j.nodes)  # exact logged run time
+                p.frozen_until = now + j.startup
                 self._progress[a.job_id] = p
                 if j.malleable:
                     core.set_registered(a.job_id, True, now)

@@ -44,6 +44,10 @@ class SimJob:
     speedup: SpeedupModel
     work: float
     cost: ReconfigCost
+    # Seconds from launch until the application makes progress (process start, joining);
+    # zero for trace jobs, measured latencies when replaying real batches.
+    startup: float = 0.0
+    moldable: bool = False  # a range chosen at start, never resized
 
 
 @dataclass(frozen=True)
@@ -128,4 +132,28 @@ def build_workload(trace: Trace, fraction: float, seed: int, rule: MalleabilityR
             out.append(SimJob(j.job_id, j.submit, j.run, j.nodes, j.limit, True, lo, hi, pref, s, work, rule.cost))
         else:
             out.append(SimJob(j.job_id, j.submit, j.run, j.nodes, j.limit, False, j.nodes, j.nodes, j.nodes, s, work, rule.cost))
+    return out
+
+
+def from_specs(specs: list, startup: float = 0.0) -> list[SimJob]:
+    """Job files (with a [model] section) as simulator jobs: a real batch, replayed.
+
+    Rigid jobs run at their fixed size; moldable and malleable ones carry their range. The
+    work and speedup come from the model; a job without one runs its time limit at its
+    preferred size."""
+    from elastic_apps.models import parse_speedup
+    from elastic_protocol.jobspec import JobKind
+
+    out = []
+    for i, spec in enumerate(specs):
+        lo, hi, pref = spec.node_bounds
+        limit = float(spec.limit_seconds or 86400 * 365)
+        model = spec.model
+        s = parse_speedup(model.speedup) if model else Amdahl(0.0)
+        work = model.work if model and model.work else limit * s.speedup(pref)
+        cost = ReconfigCost(model.alpha, model.beta, model.b) if model else ReconfigCost()
+        kind = spec.resolved_kind
+        run = work / s.speedup(pref)
+        out.append(SimJob(i + 1, spec.submit_offset, run, pref, limit, kind is JobKind.MALLEABLE, lo, hi, pref, s,
+                          work, cost, startup, moldable=kind is JobKind.MOLDABLE))
     return out

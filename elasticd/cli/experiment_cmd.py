@@ -1,0 +1,83 @@
+"""`elasticd batch`, `elasticd experiment` and `elasticd report`: the seed experiment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from elasticd.cli.sim_cmd import _fractions
+from elasticd.errors import ElasticError
+from elasticd.policies import POLICIES
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("batch", help="write a seeded job batch (synthetic jobs) as job files")
+    b.add_argument("seed", type=int)
+    b.add_argument("--out", type=Path, required=True, metavar="DIR")
+    b.add_argument("--jobs", type=int, default=25)
+    b.add_argument("--malleable", type=float, default=0.0, metavar="PCT", help="percentage of malleable jobs (default 0)")
+    b.add_argument("--time-scale", type=float, default=1 / 15, metavar="X",
+                   help="multiply every duration (default 1/15: a 15-minute batch in about a minute)")
+    b.set_defaults(func=cmd_batch)
+
+    e = sub.add_parser("experiment", help="run a grid of seeded batches for real, replay each in the simulator")
+    e.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
+                   help="repeatable (default: fcfs, easy, malleable)")
+    e.add_argument("--malleable", default="0,50,100", metavar="PCTS", help="percentages (default 0,50,100)")
+    e.add_argument("--batches", type=int, default=3, help="batch seeds 1..K per cell (default 3)")
+    e.add_argument("--nodes", type=int, default=16, help="local virtual nodes (default 16)")
+    e.add_argument("--time-scale", type=float, default=1 / 15, metavar="X")
+    e.add_argument("--jobs", type=int, default=25)
+    e.add_argument("--parallel", type=int, default=2, help="batches run at once (default 2)")
+    e.add_argument("--min-resize-interval", type=float, default=2.0, metavar="S")
+    e.add_argument("--out", type=Path, required=True, metavar="DIR")
+    e.set_defaults(func=cmd_experiment)
+
+    r = sub.add_parser("report", help="metrics and PNG plots of a finished run, experiment or simulation")
+    r.add_argument("target", type=Path, metavar="RUN.json|DIR")
+    r.set_defaults(func=cmd_report)
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from elasticd.experiments.batches import generate_batch, malleable_set, node_hours, write_batch
+
+    if not 0 <= args.malleable <= 100:
+        raise ElasticError("--malleable must be within 0..100")
+    batch = generate_batch(args.seed, jobs=args.jobs)
+    paths = write_batch(args.out, batch, malleable_set(batch, args.malleable / 100, args.seed), args.time_scale,
+                        python="python3")
+    print(f"wrote {len(paths)} job files to {args.out} ({node_hours(batch):.2f} node-hours at full scale, "
+          f"{args.malleable:.0f}% malleable); run them with: elasticd run {args.out} --local 32")
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from elasticd.experiments.report import print_experiment
+    from elasticd.experiments.runner import Settings, run_experiment
+
+    policies = args.policy or ["fcfs", "easy", "malleable"]
+    fractions = _fractions(args.malleable)
+    s = Settings(nodes=args.nodes, time_scale=args.time_scale, jobs=args.jobs, min_resize_interval=args.min_resize_interval)
+    start = time.monotonic()
+
+    def progress(done: int, total: int, row) -> None:
+        print(f"[{done}/{total}] {time.monotonic() - start:6.0f} s  {row.policy} {100 * row.fraction:.0f}% batch {row.batch}: "
+              f"makespan {row.makespan:.1f} s (sim {row.sim_makespan:.1f}), {row.completed}/{row.jobs} completed",
+              file=sys.stderr, flush=True)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = run_experiment(args.out, policies, fractions, list(range(1, args.batches + 1)), s, args.parallel, progress)
+    from dataclasses import asdict
+
+    print_experiment([asdict(r) for r in rows])
+    print(f"results in {args.out}; plots with: elasticd report {args.out}")
+    return 0 if all(r.completed == r.jobs for r in rows) else 2
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from elasticd.experiments.report import report
+
+    report(args.target)
+    return 0
