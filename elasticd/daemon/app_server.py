@@ -16,6 +16,7 @@ from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolErro
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
 
+from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.service import Daemon
 from elasticd.errors import OrderRejected, UnknownJob
 
@@ -42,27 +43,16 @@ class _Link:
         return True
 
 
-class AppServer:
+class AppServer(LineServer):
     def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self._writers: set[asyncio.StreamWriter] = set()
+        super().__init__(daemon, MAX_APP_LINE_BYTES)
 
-    async def start(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._handle, host, port, limit=MAX_APP_LINE_BYTES + 1)
+    def busy_line(self) -> bytes:
+        return error_line("busy", "too many connections") + b"\n"
 
-    async def close_all(self) -> None:
-        for w in list(self._writers):
-            w.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         d = self.daemon
-        if d.connections >= d.config.max_connections:
-            writer.write(error_line("busy", "too many connections") + b"\n")
-            writer.close()
-            return
-        d.connections += 1
-        self._writers.add(writer)
         link = _Link(writer)
         job_id: int | None = None
         try:
@@ -106,11 +96,8 @@ class AppServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            d.connections -= 1
-            self._writers.discard(writer)
             if job_id is not None:
                 d.app_lost(job_id, link)
-            writer.close()
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> int | None:
         try:

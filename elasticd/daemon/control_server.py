@@ -37,6 +37,7 @@ from elastic_protocol.jobspec import format_validation_errors
 from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
 
 from elasticd import __version__
+from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.service import Daemon
 from elasticd.daemon.views import job_info, node_infos
 from elasticd.errors import ElasticError, UnknownJob
@@ -57,28 +58,17 @@ class _Refused(Exception):
     pass
 
 
-class ControlServer:
+class ControlServer(LineServer):
     def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self._writers: set[asyncio.StreamWriter] = set()
+        super().__init__(daemon, MAX_LINE_BYTES)
 
-    async def start(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._handle, host, port, limit=MAX_LINE_BYTES + 1)
+    def busy_line(self) -> bytes:
+        log.warning("control: refused a connection: too many connections")
+        return _error("busy", "too many connections; try again")
 
-    async def close_all(self) -> None:
-        for w in list(self._writers):
-            w.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         d = self.daemon
-        if d.connections >= d.config.max_connections:
-            log.warning("control: refused %s: too many connections", peer)
-            writer.write(_error("busy", "too many connections; try again"))
-            await _close(writer)
-            return
-        d.connections += 1
-        self._writers.add(writer)
         try:
             await self._hello(reader, writer, peer)
             while True:
@@ -101,8 +91,6 @@ class ControlServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            d.connections -= 1
-            self._writers.discard(writer)
             await _close(writer)
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:

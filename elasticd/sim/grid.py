@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from elasticd.metrics import spread, windowed_summary
+from elasticd.metrics import WindowSummary, spread, windowed_summary
 from elasticd.policies import make_policy
 from elasticd.sim.simulator import simulate
 from elasticd.sim.swf import Trace, read_swf
@@ -57,18 +57,8 @@ class RunRow:
     policy: str
     fraction: float
     seed: int
-    jobs: int
     wall_seconds: float
-    makespan: float
-    utilization: float
-    mean_wait: float
-    median_wait: float
-    mean_turnaround: float
-    median_turnaround: float
-    mean_slowdown: float
-    mean_bounded_slowdown: float
-    shrinks_per_job: float
-    expands_per_job: float
+    metrics: WindowSummary
 
 
 _trace: Trace | None = None
@@ -84,8 +74,7 @@ def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float) 
     jobs = build_workload(trace, spec.fraction, spec.seed, rule)
     outcomes = simulate(jobs, trace.nodes, make_policy(spec.policy))
     s = windowed_summary([o.record() for o in outcomes], trace.nodes, warmup)
-    wall = time.perf_counter() - t
-    return RunRow(spec.policy, spec.fraction, spec.seed, s.jobs, wall, **{m: getattr(s, m) for m in METRICS})
+    return RunRow(spec.policy, spec.fraction, spec.seed, time.perf_counter() - t, s)
 
 
 def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float) -> RunRow:
@@ -128,7 +117,7 @@ def aggregate(rows: list[RunRow]) -> Iterator[dict]:
     for (policy, fraction), rs in groups.items():
         rec: dict = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
         for m in METRICS:
-            mean, median, iqr = spread([getattr(r, m) for r in rs])
+            mean, median, iqr = spread([getattr(r.metrics, m) for r in rs])
             rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, median, iqr
         yield rec
 
@@ -156,4 +145,6 @@ def text_progress(stream=sys.stderr) -> Callable[[int, int, RunRow], None]:
 
 
 def row_dict(r: RunRow) -> dict:
-    return asdict(r)
+    """One flat record per run, for CSV and JSON."""
+    d = asdict(r)
+    return {**{k: v for k, v in d.items() if k != "metrics"}, **d["metrics"]}
