@@ -10,7 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from elastic_protocol.jobspec import JobKind
+from elastic_protocol.jobspec import JobKind, PerfModel
+
+# An evolution profile: (seconds, nodes) per step, in order.
+Profile = tuple[tuple[float, int], ...]
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,18 @@ class PendingView:
     max_nodes: int
     preferred: int
     time_limit: float | None  # seconds; None = unlimited
+    # For the policies that predict run times (MEBF, SD-Policy); None: no model given.
+    model: PerfModel | None = None
+    # An evolving job's declared steps, for the fit policy; empty: none declared.
+    evolution: Profile = ()
+
+    @property
+    def start_nodes(self) -> int:
+        """The fewest nodes the job can start on: its first step if it declared its
+        evolution (it needs that many from the start), else its minimum."""
+        if self.evolution and self.kind is JobKind.EVOLVING:
+            return self.evolution[0][1]
+        return self.min_nodes
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,12 @@ class RunningView:
     requested_at: float | None = None
     leaving: int = 0  # nodes still held but being given back (not counted in size)
     shrinking: int = 0  # nodes an open, unanswered shrink order will give back
+    submit_time: float | None = None  # None in hand-made views: taken as the start time
+    model: PerfModel | None = None
+    evolution: Profile = ()
+    # (time, nodes) for every size the job has had, from its start; empty: its size now
+    # since its start (hand-made views).
+    history: tuple[tuple[float, int], ...] = ()
 
     @property
     def estimated_end(self) -> float:
@@ -96,13 +117,14 @@ def start_size(job: PendingView, available: int) -> int | None:
     """Nodes to start a job with when `available` are usable, or None if it cannot start.
 
     Moldable (and, under policies that do not resize, malleable) jobs take as many nodes as
-    are allowed, as the seed's baselines do. Evolving jobs start at their minimum: they ask
-    for more themselves.
+    are allowed, as the seed's baselines do. Evolving jobs start at their minimum (or the
+    first step of a declared evolution): they ask for more themselves.
     """
-    if available < job.min_nodes:
+    need = job.start_nodes
+    if available < need:
         return None
     if job.kind in (JobKind.RIGID, JobKind.EVOLVING):
-        return job.min_nodes
+        return need
     return min(job.max_nodes, available)
 
 

@@ -1,17 +1,25 @@
 """EASY backfilling: FCFS with a reservation for the head job only.
 
 When the head cannot start, its reservation ("shadow time") is the earliest time enough
-nodes are free, counting running jobs as ending at start + time limit. A later job may
+nodes are free, counting running jobs as ending at start + time limit and nodes already
+promised back (jobs being ended, shrinks and releases in flight) as back now. A later job may
 start now only if it does not delay that reservation: it ends by the shadow time, or it
 fits in the nodes the head will not need at the shadow time ("extra" nodes).
+
+The pass is also the first step of every malleable policy built on EASY (the seed's
+Malleable, Min/Avg/Pref/KeepPref, MEBF), which differ only in how many nodes a job is
+started with: `easy_pass` takes that rule as a function.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from elasticd.policies.base import (
     Decision,
+    PendingView,
     RunningView,
     Snapshot,
     Start,
@@ -19,75 +27,100 @@ from elasticd.policies.base import (
     start_size,
 )
 
+# (job, usable nodes) -> nodes to start it with, or None if it cannot start on them.
+Sizer = Callable[[PendingView, int], "int | None"]
+
 
 def shadow_time(
-    now: float, free: int, need: int, running: tuple[RunningView, ...]
+    now: float, available: int, need: int, running: tuple[RunningView, ...]
 ) -> tuple[float, int]:
     """(time the head can start, nodes spare at that time beyond the head's need).
 
-    A job already being ended gives its nodes back now, whatever its limit says; every job
+    `available`: idle nodes plus every node already promised back (a job being ended, a
+    shrink or a release in flight: `Snapshot.incoming_nodes`), which are back in seconds
+    whatever the limits say. The other nodes come back at their jobs' limits; every job
     ending at the shadow time counts toward the spare nodes.
     """
-    if free >= need:
-        return now, free - need
-
-    def end(r: RunningView) -> float:
-        return now if r.ending else max(now, r.estimated_end)
-
-    avail = free
-    ordered = sorted(running, key=lambda r: (end(r), r.job_id))
+    if available >= need:
+        return now, available - need
+    avail = available
+    ordered = sorted(
+        ((max(now, r.estimated_end), r.job_id, r.size - r.shrinking) for r in running if not r.ending),
+    )
     i = 0
     while i < len(ordered):
-        t = end(ordered[i])
-        while i < len(ordered) and end(ordered[i]) == t:
-            avail += ordered[i].size
+        t = ordered[i][0]
+        while i < len(ordered) and ordered[i][0] == t:
+            avail += ordered[i][2]
             i += 1
         if avail >= need:
             return t, avail - need
     return math.inf, 0
 
 
+@dataclass
+class EasyResult:
+    starts: list[Start]
+    free: int  # idle nodes left after the starts
+    extra: int  # of those, how many the blocked head does not need at its reservation
+    waiting: list[PendingView]  # not started, in queue order
+    shadow: float  # the head's reservation (now if nothing waits)
+    backfilled: int = 0  # jobs started past the blocked head
+
+
+def easy_pass(
+    snap: Snapshot,
+    size: Sizer = start_size,
+    need: Callable[[PendingView], int] = lambda j: j.start_nodes,
+) -> EasyResult:
+    """Start jobs as EASY does, sizing each with `size`; `need(job)` is the fewest nodes a
+    job can start on (its reservation is made for that many)."""
+    free = snap.free_nodes
+    pending = snap.pending
+    starts: list[Start] = []
+    started: list[RunningView] = []
+    i = 0
+    # Start from the head while jobs fit, exactly as FCFS.
+    while i < len(pending):
+        n = size(pending[i], free)
+        if n is None:
+            break
+        job = pending[i]
+        starts.append(Start(job.job_id, n))
+        started.append(_as_running(job, n, snap.now))
+        free -= n
+        i += 1
+    if i == len(pending):
+        return EasyResult(starts, free, free, [], snap.now)
+    head = pending[i]
+    waiting = [head]
+    shadow, extra = shadow_time(snap.now, free + snap.incoming_nodes, need(head), snap.running + tuple(started))
+    now = snap.now
+    for job in pending[i + 1 :]:
+        if free <= 0 or free < need(job):
+            waiting.append(job)
+            continue
+        ends_in_time = job.time_limit is not None and now + job.time_limit <= shadow
+        n = size(job, free) if ends_in_time else size(job, min(free, extra))
+        if n is None:
+            waiting.append(job)
+            continue
+        starts.append(Start(job.job_id, n))
+        free -= n
+        if not ends_in_time:
+            extra -= n
+    return EasyResult(starts, free, min(free, extra), waiting, shadow, len(starts) - i)
+
+
 class EasyBackfill:
     name = "easy"
 
     def decide(self, snap: Snapshot) -> list[Decision]:
-        free = snap.free_nodes
-        out: list[Decision] = []
-        queue = list(snap.pending)
-        started: list[RunningView] = []
-        # Start from the head while jobs fit, exactly as FCFS.
-        while queue:
-            n = start_size(queue[0], free)
-            if n is None:
-                break
-            head = queue.pop(0)
-            out.append(Start(head.job_id, n))
-            started.append(_as_running(head, n, snap.now))
-            free -= n
-        if not queue:
-            return out + grant_requests(snap, free)
-        head, rest = queue[0], queue[1:]
-        shadow, extra = shadow_time(snap.now, free, head.min_nodes, snap.running + tuple(started))
-        for job in rest:
-            if free < job.min_nodes:
-                continue
-            ends_in_time = (
-                job.time_limit is not None and snap.now + job.time_limit <= shadow
-            )
-            if ends_in_time:
-                n = start_size(job, free)
-            else:
-                n = start_size(job, min(free, extra))
-            if n is None:
-                continue
-            out.append(Start(job.job_id, n))
-            free -= n
-            if not ends_in_time:
-                extra -= n
-        return out + grant_requests(snap, min(free, extra))
+        r = easy_pass(snap)
+        return [*r.starts, *grant_requests(snap, r.extra)]
 
 
-def _as_running(job, n: int, now: float) -> RunningView:
+def _as_running(job: PendingView, n: int, now: float) -> RunningView:
     return RunningView(
         job_id=job.job_id,
         kind=job.kind,

@@ -99,6 +99,32 @@ class PerfModel(BaseModel):
         return v
 
 
+class EvolutionStep(BaseModel):
+    """One step of an evolving job's declared evolution: this many nodes for this long."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Slurm time formats, as time_limit ("10" is ten minutes, "0:30" thirty seconds).
+    duration: str | int
+    nodes: Annotated[int, Field(ge=1)]
+
+    @field_validator("duration")
+    @classmethod
+    def _duration_parses(cls, v: str | int) -> str | int:
+        if parse_time_limit(v) is None:
+            raise ValueError("a step cannot last UNLIMITED")
+        return v
+
+    @property
+    def seconds(self) -> int:
+        seconds = parse_time_limit(self.duration)
+        assert seconds is not None
+        return seconds
+
+
+MAX_EVOLUTION_STEPS = 256
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -115,6 +141,8 @@ class JobSpec(BaseModel):
     error: Annotated[str, Field(min_length=1)] | None = None
     submit_offset: Annotated[float, Field(ge=0)] = 0.0
     model: PerfModel | None = None
+    # An evolving job's full evolution, declared up front, for the fit policy.
+    evolution: Annotated[list[EvolutionStep], Field(min_length=1, max_length=MAX_EVOLUTION_STEPS)] | None = None
 
     @field_validator("name")
     @classmethod
@@ -137,7 +165,30 @@ class JobSpec(BaseModel):
                 raise ValueError(
                     "nodes: a rigid job needs a fixed node count (nodes = N, or min == max)"
                 )
+        if self.evolution is not None:
+            self._check_evolution(self.evolution)
         return self
+
+    def _check_evolution(self, steps: list[EvolutionStep]) -> None:
+        if self.resolved_kind is not JobKind.EVOLVING:
+            raise ValueError('evolution: only evolving jobs (kind = "evolving") declare an evolution')
+        lo, hi, _ = self.node_bounds
+        for i, step in enumerate(steps, 1):
+            if not lo <= step.nodes <= hi:
+                raise ValueError(f"evolution: step {i} uses {step.nodes} nodes, outside nodes min..max ({lo}..{hi})")
+        limit = self.limit_seconds
+        total = sum(step.seconds for step in steps)
+        if limit is not None and total > limit:
+            raise ValueError(
+                f"evolution: the steps last {total} s in all, longer than time_limit ({limit} s)"
+            )
+
+    @property
+    def evolution_steps(self) -> tuple[tuple[float, int], ...]:
+        """The declared evolution as (seconds, nodes) pairs; empty if none."""
+        if self.evolution is None:
+            return ()
+        return tuple((float(s.seconds), s.nodes) for s in self.evolution)
 
     @property
     def resolved_kind(self) -> JobKind:
