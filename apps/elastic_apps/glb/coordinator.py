@@ -125,12 +125,12 @@ class Coordinator:
         self.last_join: dict[str, float] = {}  # host -> when its last place asked to join
         self.admitted_by: dict[str, int] = {}  # host -> index of the admission in operations
         self.departed: Result = place.problem.new_result()
-        self.departed_stats: dict[int, dict[str, int]] = {}
+        self.departed_stats: dict[int, dict[str, float]] = {}
         self.operations: list[dict[str, Any]] = []
         self.expected_initial = len(hosts) * places_per_host - 1
         self.started = False
         self.finishing = False
-        self.results: dict[int, tuple[Result, dict[str, int]]] = {}
+        self.results: dict[int, tuple[Result, dict[str, float]]] = {}
         place.id = M.ROOT
         place.book[M.ROOT] = place.transport.address
         place.coordinator = self
@@ -329,7 +329,7 @@ class Coordinator:
             total.reduce(self.results[pid][0])
         return total
 
-    def place_stats(self) -> dict[str, dict[str, int]]:
+    def place_stats(self) -> dict[str, dict[str, float]]:
         out = {str(pid): s for pid, s in sorted(self.departed_stats.items())}
         for pid, (_r, s) in sorted(self.results.items()):
             out[str(pid)] = s
@@ -386,6 +386,9 @@ class Coordinator:
             self.requests.append(request)
             self._next_operation()
         elif request.kind == "await_hosts":
+            # A host taken back from a failed grow may be granted again: the daemon ended
+            # the old processes there before it freed the host.
+            self.rejected_hosts.difference_update(request.hosts)
             self.waiters.append(request)
             self._wake_waiters()
         else:  # abandon_hosts: a grow that timed out; take back the places that did join

@@ -17,6 +17,7 @@ runtime part and the GLB part).
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 from typing import Any
@@ -46,6 +47,12 @@ class GLBHandler(MalleableHandler):
         self.log = resize_log
         self._grow_ordered_at = 0.0
 
+    def _record(self, record: dict[str, Any]) -> None:
+        """Keep it for the final output line, and print it now: a long run shows its
+        resizes as they happen (one `{"glb_resize": ...}` line each)."""
+        self.log.append(record)
+        print(json.dumps({"glb_resize": record}), flush=True)
+
     def _ask(self, request: Request, timeout: float = OPERATION_TIMEOUT) -> bool:
         self.inbox.put((M.REQUEST, M.HANDLER, request))
         return request.done.wait(timeout)
@@ -62,7 +69,7 @@ class GLBHandler(MalleableHandler):
             request = Request("shrink", hosts)
             if not self._ask(request):
                 fatal(f"moving the work off {hosts} did not end within {OPERATION_TIMEOUT:.0f} s")
-            self.log.append({
+            self._record({
                 "op": "shrink",
                 "hosts": hosts,
                 "places": request.info.get("places", 0),
@@ -74,13 +81,13 @@ class GLBHandler(MalleableHandler):
             self.gate.end()
 
     def pre_grow(self, n: int) -> None:
+        # The gate stays closed until post_grow ends (the library calls it right after,
+        # on this thread): termination must not be declared while new places come in.
         self._grow_ordered_at = time.monotonic()
-        if self.gate.finishing:
+        if not self.gate.begin():
             raise Refuse("the computation is finishing")
 
     def post_grow(self, n: int, continued_hosts: list[str], new_hosts: list[str]) -> None:
-        if not self.gate.begin():
-            raise Refuse("the computation is finishing")
         try:
             request = Request("await_hosts", list(new_hosts))
             if not self._ask(request):
@@ -92,7 +99,7 @@ class GLBHandler(MalleableHandler):
                 raise Refuse(f"the new places on {','.join(new_hosts)} did not join in time")
             done = time.monotonic()
             joined = request.info.get("joined_at", done)
-            self.log.append({
+            self._record({
                 "op": "grow",
                 "hosts": list(new_hosts),
                 "places": request.info.get("places", 0),

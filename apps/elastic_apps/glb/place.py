@@ -19,6 +19,7 @@ import os
 import queue
 import random
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -52,13 +53,20 @@ class PlaceConfig:
 
 @dataclass
 class PlaceStats:
-    units: int = 0
+    """What a place did, reported with its partial result: the benchmarks use it to tell
+    the runtime's own costs (idle waits, steals) from a busy machine's."""
+
+    units: int = 0  # units asked of process(), n per call
     steals_ok: int = 0
     steals_failed: int = 0
     lifeline_deliveries: int = 0
     received_deliveries: int = 0
+    idle_s: float = 0.0  # waiting for work (out of it, or for a steal's answer)
+    cpu_s: float = 0.0  # this process's CPU time (worker and transport threads)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
+        self.cpu_s = round(time.process_time(), 4)
+        self.idle_s = round(self.idle_s, 4)
         return dict(self.__dict__)
 
 
@@ -213,7 +221,7 @@ class Place:
             if self.activity.may_report_idle():
                 self.activity.reported_idle()
                 self.send(M.ROOT, (M.IDLE, self.id))
-            self.handle(self.inbox.get())
+            self.handle(self._idle_get())
 
     def _work(self) -> None:
         bag = self.bag
@@ -232,6 +240,12 @@ class Place:
                 return
             if self.leave is not None or self.done or self._paused():
                 return
+
+    def _idle_get(self) -> Message:
+        t0 = time.perf_counter()
+        msg = self.inbox.get()
+        self.stats.idle_s += time.perf_counter() - t0
+        return msg
 
     def _drain(self) -> None:
         inbox = self.inbox
@@ -290,7 +304,7 @@ class Place:
             self.awaiting_steal = victim
             self.send(victim, (M.STEAL, self.id))
             while self.awaiting_steal is not None:
-                self.handle(self.inbox.get())
+                self.handle(self._idle_get())
             if not self.bag.is_empty():
                 return
 

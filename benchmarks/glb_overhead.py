@@ -1,0 +1,86 @@
+"""The extra run time one shrink and one grow add to a UTS run of about a minute.
+
+Two malleable UTS jobs on a 3-node local daemon (3 places, one per host), alternated
+`--repeat` times: run A receives no order; run B is shrunk to 2 hosts at a third of A's
+time and grown back to 3 at two thirds. This machine has 2 cores, so 3 places and 2
+places have the same computing capacity: what B loses is the resizes' own cost (moving
+the leaving place's work, starting and admitting the new process, the steals that
+follow), not capacity. Each run waits for the shared machine to be quiet first.
+
+Extra = (median B - median A) / median A, on place 0's computation time; target < 5 %.
+Both runs must count the same nodes (T1L by default: 102,181,082 nodes, published).
+
+    .venv/bin/python benchmarks/glb_overhead.py [--tree T1L] [--depth D] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from elastic_protocol.control import Resize
+
+from _harness import bench_daemon, verdict
+from elastic_apps.glb.apps.uts import REFERENCE_TREES
+from glb_common import final_output, submit, uts_spec, wait_end, wait_event, wait_for_quiet_cpu, wall_time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", default="T1L", choices=sorted(REFERENCE_TREES), help="UTS tree (default T1L)")
+    ap.add_argument("--depth", type=int, default=None, help="override the tree's depth")
+    ap.add_argument("--repeat", type=int, default=1, help="A/B pairs (default 1)")
+    args = ap.parse_args()
+    uts_args = ["--tree", args.tree] + ([] if args.depth is None else ["--depth", str(args.depth)])
+    published = REFERENCE_TREES[args.tree][4] if args.depth is None else None
+
+    a_times: list[float] = []
+    b_times: list[float] = []
+    nodes: set[int] = set()
+    with bench_daemon(nodes=3) as d, d.client() as c:
+        for r in range(args.repeat):
+            for variant in ("A", "B"):
+                busy = wait_for_quiet_cpu()
+                jid = submit(c, uts_spec(f"uts-{variant}{r}", d.work_dir, {"min": 1, "max": 3}, uts_args, rigid=False))
+                if variant == "B":
+                    reference = statistics.median(a_times)
+                    started = wait_event(c, jid, "registered")
+                    t0 = next(e["time"] for e in started["events"] if e["event"] == "registered")
+                    time.sleep(max(0.0, t0 + reference / 3 - time.time()))
+                    c.request(Resize(job_id=jid, nodes=2))
+                    wait_event(c, jid, "shrunk", timeout=reference)
+                    time.sleep(max(0.0, t0 + 2 * reference / 3 - time.time()))
+                    c.request(Resize(job_id=jid, nodes=3))
+                    wait_event(c, jid, "grown", timeout=reference)
+                info = wait_end(c, jid)
+                out = final_output(info)
+                nodes.add(out["nodes"])
+                (a_times if variant == "A" else b_times).append(out["elapsed_s"])
+                resizes = ", ".join(f"{x['op']} {x['places']} (GLB {1000 * x['glb_s']:.0f} ms)" for x in out["resizes"])
+                print(f"  run {variant}{r + 1}: {out['nodes']:,} nodes, compute {out['elapsed_s']:.3f} s, job wall "
+                      f"{wall_time(info):.3f} s, resizes: {resizes or 'none'}  (machine {busy:.0f} % busy before)",
+                      flush=True)
+                if variant == "B":
+                    assert [x["op"] for x in out["resizes"]] == ["shrink", "grow"], out["resizes"]
+                del info
+
+    if len(nodes) != 1 or (published is not None and nodes != {published}):
+        print(f"node counts differ: {sorted(nodes)} (published: {published})")
+        return 1
+    a, b = statistics.median(a_times), statistics.median(b_times)
+    extra = (b - a) / a
+    spread = (max(a_times) - min(a_times)) / a if len(a_times) > 1 else float("nan")
+    print()
+    print(f"UTS {args.tree}{'' if args.depth is None else f' depth {args.depth}'}: {nodes.pop():,} nodes "
+          f"(published: {published if published is not None else 'n/a'}), 3 places on 2 cores, "
+          f"median of {args.repeat}")
+    print(f"run time without resizes {a:.3f} s, with one shrink (3 -> 2) and one grow (2 -> 3) {b:.3f} s")
+    print(f"extra run time of one shrink + one grow: {100 * extra:+.2f} %  [target < 5 %]  {verdict(extra < 0.05)}"
+          f"  (spread of the runs without resizes: {100 * spread:.1f} %)")
+    return 0 if extra < 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
