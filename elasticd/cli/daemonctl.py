@@ -8,19 +8,26 @@ import sys
 import time
 from pathlib import Path
 
+from elasticd.cluster import Cluster, discover
 from elasticd.errors import ElasticError
 from elasticd.statedir import LOG_FILE, DaemonRecord, prepare, read_record
 
 
-def node_names_for(args: argparse.Namespace) -> list[str]:
-    if args.local is None:
+def cluster_for(args: argparse.Namespace) -> Cluster:
+    """The nodes a daemon started with these options manages (see elasticd.cluster)."""
+    if getattr(args, "local", None) is None and not hasattr(args, "hosts"):
+        # `elasticd run` works on virtual nodes only.
         raise ElasticError(
             "say how many virtual nodes to manage with --local N "
-            "(cluster mode inside a Slurm allocation is not available in this version)"
+            "(inside a Slurm allocation, use `elasticd start`: see deploy/sbatch-elastic.sh)"
         )
-    if args.local < 1:
-        raise ElasticError("--local needs at least 1 node")
-    return [f"node{i}" for i in range(1, args.local + 1)]
+    if args.local is not None and (getattr(args, "hosts", None) or getattr(args, "hostfile", None)):
+        raise ElasticError("--local manages virtual nodes; it does not go with --hosts or --hostfile")
+    return discover(args.local, getattr(args, "hosts", None), getattr(args, "hostfile", None))
+
+
+def node_names_for(args: argparse.Namespace) -> list[str]:
+    return list(cluster_for(args).nodes)
 
 
 def tuning_args(args: argparse.Namespace) -> list[str]:
@@ -28,13 +35,15 @@ def tuning_args(args: argparse.Namespace) -> list[str]:
             "--schedule-interval", str(args.schedule_interval)]
 
 
-def start_detached(state_dir: Path, local: int, policy: str, kill_wait: float, listen: str = "127.0.0.1",
+def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: float, listen: str = "127.0.0.1",
                    log_level: str = "INFO", timeout: float = 20.0, extra: list[str] | None = None) -> DaemonRecord:
     """Start `elasticd start --foreground` in its own session and wait for its address."""
     state_dir = prepare(state_dir)
     log_path = state_dir / LOG_FILE
+    # local=None: cluster mode, the nodes given in `extra` or found in the Slurm environment.
+    nodes = ["--local", str(local)] if local is not None else []
     cmd = [sys.executable, "-m", "elasticd.cli.elasticd_main", "start", "--foreground",
-           "--local", str(local), "--policy", policy, "--kill-wait", str(kill_wait),
+           *nodes, "--policy", policy, "--kill-wait", str(kill_wait),
            "--listen", listen, "--log-level", log_level, "--state-dir", str(state_dir), *(extra or [])]
     with open(log_path, "ab") as logf:
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,

@@ -12,7 +12,8 @@ from pathlib import Path
 from elasticd import __version__
 from elasticd.cli import experiment_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
-from elasticd.cli.daemonctl import node_names_for, start_detached, tuning_args
+from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
+from elasticd.cli.daemonctl import cluster_for, start_detached, tuning_args
 from elasticd.cli.common import add_state_dir, fail, run_tool
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonNotRunning
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_cluster_args(s)
     add_state_dir(s)
 
     st = sub.add_parser("stop", help="end running jobs cleanly and stop the daemon")
@@ -81,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 # ---- start ---------------------------------------------------------------------------
 def cmd_start(args: argparse.Namespace) -> int:
     state_dir = prepare(args.state_dir or default_state_dir())
-    nodes = node_names_for(args)
+    cluster = cluster_for(args)
+    settings = cluster_settings(args, cluster)
     try:
         rec = running_daemon(state_dir)
     except DaemonNotRunning:
@@ -90,26 +93,39 @@ def cmd_start(args: argparse.Namespace) -> int:
         return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
                     "stop it with `elasticd stop` or use another --state-dir")
     if args.foreground:
-        return _serve_foreground(args, state_dir, nodes)
+        return _serve_foreground(args, state_dir, cluster.nodes, settings)
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
-                         log_level=args.log_level, extra=tuning_args(args))
-    print(f"elasticd started (pid {rec.pid}): {len(nodes)} local nodes node[1-{len(nodes)}], policy {args.policy}")
+                         log_level=args.log_level, extra=tuning_args(args) + settings.passthrough(),
+                         timeout=20.0 + settings.connect_timeout)
+    kind = "local nodes" if cluster.mode == "local" else f"nodes from {cluster.source}"
+    print(f"elasticd started (pid {rec.pid}): {len(cluster.nodes)} {kind}: {cluster.folded}, "
+          f"policy {args.policy}, launcher {settings.launcher}")
     print(f"  control channel {rec.control_address}, applications {rec.app_address}")
+    if cluster.cpus:
+        print(f"  cores per node: {', '.join(f'{n}={c}' for n, c in zip(cluster.nodes, cluster.cpus))}")
+    if cluster.mode == "cluster":
+        with ControlClient(rec, "elasticd-start") as c:
+            down = [n.name for n in StatusInfo.model_validate(c.request(Status())).nodes if n.state == "down"]
+        if down:
+            print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
     print(f"  state and log in {state_dir}")
     return 0
 
 
-def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: list[str]) -> int:
+def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[str, ...],
+                      settings: ClusterSettings) -> int:
     import uvloop
 
     from elasticd.daemon.service import Daemon, DaemonConfig
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = DaemonConfig(state_dir=state_dir, node_names=nodes, policy=args.policy,
-                       listen_host=args.listen, app_host=args.listen, kill_wait=args.kill_wait,
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    cfg = DaemonConfig(state_dir=state_dir, node_names=list(nodes), policy=args.policy,
+                       listen_host=args.listen, app_host=settings.app_host, kill_wait=args.kill_wait,
                        order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
-                       schedule_interval=args.schedule_interval)
+                       schedule_interval=args.schedule_interval, mode=settings.mode,
+                       launcher=settings.launcher, launcher_options=settings.launcher_options())
 
     async def serve() -> None:
         await Daemon(cfg).serve()

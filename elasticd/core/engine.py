@@ -542,3 +542,49 @@ class Core:
         for jid in list(self._active):
             actions.extend(self._end(self.job(jid), now, JobState.CANCELLED, "daemon stopped"))
         return actions
+
+    # ---- nodes that stop answering (cluster mode) -----------------------------------------
+    def node_down(self, name: str, now: float) -> list[Action]:
+        """A node can no longer be reached: keep it out of allocations and settle its job.
+
+        A malleable or evolving job that has registered, stays at or above its minimum
+        without the node, and does not lose its first host (where its leader, the process
+        that talks to the daemon, runs) goes on without it: the daemon reclaims the node as
+        if the job had released it. Any other job ends as NODE_FAIL, as Slurm ends jobs on
+        a failed node. The node is handed out again only after node_up.
+        """
+        if name not in self.nodes.index:
+            raise InvalidTransition(f"node_down: no node {name}")
+        if name in self.nodes.down:
+            return []
+        owner = self.nodes.owner_of(name)
+        self.nodes.mark_down(name)
+        if owner is None:
+            return []
+        job = self.job(owner)
+        if job.ending_as is not None or name in job.leaving:
+            job.record(now, "node_failed", name)
+            return []  # already being ended or given back; the driver reports it gone
+        order = job.order
+        if order is not None and order.kind == "grow" and not order.settled and name in order.new_hosts:
+            job.record(now, "node_failed", f"{name}: grow order {order.order_id} dropped")
+            return self._drop_order(job, order, "node_failed", now)
+        lo, _hi, _ = job.bounds
+        if (
+            job.kind in RESIZABLE
+            and job.malleable_ready
+            and not job.deregistered
+            and name != job.hosts[0]
+            and job.size - len(job.leaving) - 1 >= lo
+        ):
+            job.leaving.add(name)
+            job.record(now, "node_failed", f"{name}: the job goes on without it")
+            return [Reclaim(job.job_id, (name,), 0.0)]
+        job.record(now, "node_failed", name)
+        return self._end(job, now, JobState.NODE_FAIL, f"node {name} failed")
+
+    def node_up(self, name: str, now: float) -> None:
+        """The node answers again (and no process of a lost job is left there)."""
+        if name not in self.nodes.index:
+            raise InvalidTransition(f"node_up: no node {name}")
+        self.nodes.mark_up(name)

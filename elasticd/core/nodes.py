@@ -101,10 +101,53 @@ class NodeTable:
             if self._owner[s:e].count(job_id) != e - s:
                 bad = next(self.names[i] for i in range(s, e) if self._owner[i] != job_id)
                 raise InvalidTransition(f"job {job_id} releases {bad}, which it does not hold")
+        freed = len(idx)
         for s, e in runs:
             self._owner[s:e] = [None] * (e - s)
-            self._insert_free(s, e)
-        self._free_count += len(idx)
+            if self.down:
+                freed -= self._insert_free_up(s, e)
+            else:
+                self._insert_free(s, e)
+        self._free_count += freed
+
+    # ---- nodes that stop answering (cluster mode) -----------------------------------------
+    def mark_down(self, name: str) -> None:
+        """Keep the node out of every allocation until mark_up; its owner keeps it meanwhile."""
+        if name in self.down:
+            return
+        self.down.add(name)
+        i = self.index[name]
+        if self._owner[i] is None:
+            j = bisect.bisect_right(self._starts, i) - 1
+            s, e = self._starts[j], self._ends[j]
+            del self._starts[j], self._ends[j]
+            for a, b in ((s, i), (i + 1, e)):
+                if a < b:
+                    self._insert_free(a, b)
+            self._free_count -= 1
+
+    def mark_up(self, name: str) -> None:
+        if name not in self.down:
+            return
+        self.down.discard(name)
+        i = self.index[name]
+        if self._owner[i] is None:
+            self._insert_free(i, i + 1)
+            self._free_count += 1
+
+    def _insert_free_up(self, s: int, e: int) -> int:
+        """Free [s, e) except its down nodes; how many down nodes were skipped."""
+        skipped = 0
+        start = s
+        for i in range(s, e):
+            if self.names[i] in self.down:
+                if start < i:
+                    self._insert_free(start, i)
+                start = i + 1
+                skipped += 1
+        if start < e:
+            self._insert_free(start, e)
+        return skipped
 
     def _insert_free(self, s: int, e: int) -> None:
         i = bisect.bisect_left(self._starts, s)

@@ -16,7 +16,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from elastic_protocol.jobspec import JobSpec
 
@@ -25,7 +25,7 @@ from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOr
 from elasticd.core.engine import Core
 from elasticd.errors import LaunchError, OrderRejected
 from elasticd.launch.base import LaunchRequest
-from elasticd.launch.local import LocalLauncher
+from elasticd.launch.choose import make_launcher
 from elasticd.policies import make_policy
 from elasticd.statedir import DaemonRecord, new_secret, remove_record, write_record
 
@@ -51,6 +51,9 @@ class DaemonConfig:
     # Limits that keep a misbehaving client from exhausting the daemon.
     max_connections: int = 256
     hello_timeout: float = 10.0
+    # Cluster mode: how processes reach the nodes (local | ssh | srun), and its settings.
+    launcher: str = "local"
+    launcher_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,7 +76,15 @@ class Daemon:
             make_policy(config.policy, min_resize_interval=config.min_resize_interval),
             order_deadline=config.order_deadline,
         )
-        self.launcher = LocalLauncher(self._on_exit, self._on_hosts_gone, kill_wait=config.kill_wait)
+        self.launcher = make_launcher(
+            config.launcher,
+            on_exit=self._on_exit,
+            on_hosts_gone=self._on_hosts_gone,
+            on_host_down=self.node_down,
+            on_host_up=self.node_up,
+            kill_wait=config.kill_wait,
+            options=config.launcher_options,
+        )
         self.app_links: dict[int, AppLink] = {}
         # Job-scoped rendezvous values (put/get on the application channel).
         self.job_values: dict[int, dict[str, str]] = {}
@@ -106,6 +117,10 @@ class Daemon:
         app = AppServer(self)
         csrv = await control.start(cfg.listen_host, cfg.control_port)
         asrv = await app.start(cfg.app_host, cfg.app_port)
+        start_launcher = getattr(self.launcher, "start", None)
+        if start_launcher is not None:
+            # Cluster mode: reach every node before taking jobs; unreachable ones start down.
+            await start_launcher(list(self.core.nodes.names))
         chost, cport = csrv.sockets[0].getsockname()[:2]
         ahost, aport = asrv.sockets[0].getsockname()[:2]
         self.control_address = f"{chost}:{cport}"
@@ -202,6 +217,21 @@ class Daemon:
         self._tick_handle = loop.call_later(self.config.schedule_interval, self._tick)
         if self.core.pending_ids or self.core.active_ids:
             self._schedule_soon()
+
+    # ---- nodes (cluster mode) ------------------------------------------------------------
+    def node_down(self, host: str, why: str) -> None:
+        """The launcher cannot reach the node: its job ends (NODE_FAIL) or goes on without it."""
+        owner = self.core.nodes.owner_of(host)
+        log.warning("node %s down (%s)%s", host, why, "" if owner is None else f"; it runs job {owner}")
+        self._execute(self.core.node_down(host, self.now()))
+        self._notify()
+        self._schedule_soon()
+
+    def node_up(self, host: str) -> None:
+        log.info("node %s is up again", host)
+        self.core.node_up(host, self.now())
+        self._notify()
+        self._schedule_soon()
 
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:

@@ -1,0 +1,41 @@
+"""Which launcher a daemon uses (`--launcher local|ssh|srun`), built from its options.
+
+Imported lazily by kind, so a local daemon never loads fabric and paramiko.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from elasticd.errors import ElasticError
+from elasticd.launch.base import ExitCallback, HostsGoneCallback, Launcher
+
+LAUNCHERS = ("local", "ssh", "srun")
+
+
+def make_launcher(
+    kind: str,
+    *,
+    on_exit: ExitCallback,
+    on_hosts_gone: HostsGoneCallback,
+    on_host_down: Callable[[str, str], None],
+    on_host_up: Callable[[str], None],
+    kill_wait: float,
+    options: dict[str, Any] | None = None,
+) -> Launcher:
+    options = options or {}
+    if kind == "local":
+        from elasticd.launch.local import LocalLauncher
+
+        return LocalLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait)
+    if kind == "ssh":
+        from elasticd.launch.ssh import SSHLauncher, SSHOptions
+
+        return SSHLauncher(on_exit, on_hosts_gone, on_host_down, on_host_up, kill_wait=kill_wait,
+                           options=SSHOptions(**options))
+    if kind == "srun":
+        raise ElasticError(
+            "--launcher srun is not available yet: use --launcher ssh (the default in cluster mode)"
+        )
+    raise ElasticError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")

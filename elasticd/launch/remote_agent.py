@@ -1,0 +1,324 @@
+"""Runs on a node, sent over SSH by the SSH launcher: a one-line bootstrap given to
+`python -I -S -c` reads this file's source from the channel's stdin and runs it with
+`ROLE ARGS...` (so `ps` on the node shows a short command line, not this file).
+
+Standard library only and no import of elasticd: a node needs a Python, not the package.
+The source travels with every call, so the daemon and its nodes never disagree on it.
+
+Roles:
+  spawn                 read a JSON launch description on stdin; start the job's command in
+                        a session of its own, detached from the SSH connection, under a
+                        monitor that records its exit status in DIR/TOKEN.st; print
+                        `ok PGID` or `error TEXT`
+  watch DIR HB          print `exit TOKEN CODE SIGNAL` for every status file that appears in
+                        DIR (`? ?` when a monitor died without one), and `hb` every HB
+                        seconds; ends when its stdin closes (the SSH channel went away)
+  end GRACE WAIT DIR TOKEN:PGID...
+                        let the groups exit for GRACE s, SIGTERM them, SIGKILL what is left
+                        after WAIT s; print `st TOKEN CODE SIGNAL` per token, then `gone`,
+                        or `left PID...` if something survived SIGKILL
+  cleanup DIR           remove the status directory of this daemon run on this node
+
+The job's process is the leader of a new session and process group (its pid is the
+PGID the daemon records), so signalling -PGID reaches it and its children, and never
+the monitor, which lives in a session of its own and outlives them to record the status.
+"""
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+
+def _write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _report(fd, text):
+    try:
+        os.write(fd, text.encode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+
+
+def _exec_child(req, out_fd, err_fd, fail_fd):
+    """In the forked child: become a session leader and exec the job's command."""
+    argv = req["argv"]
+    try:
+        os.setsid()
+        # Python ignores SIGPIPE and may have other dispositions; the job gets defaults.
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.chdir(req["cwd"])
+        except OSError:
+            os.write(fail_fd, f"working_dir {req['cwd']} is not a directory".encode())
+            os._exit(127)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.execvpe(argv[0], argv, req["env"])
+    except FileNotFoundError:
+        os.write(fail_fd, f"command not found: {argv[0]}".encode())
+    except PermissionError as exc:
+        os.write(fail_fd, f"permission denied: {exc.filename or argv[0]}".encode())
+    except BaseException as exc:  # noqa: BLE001 - anything at all must reach the daemon
+        os.write(fail_fd, f"cannot start {argv[0]}: {exc}".encode())
+    os._exit(127)
+
+
+def _monitor(req, report_fd):
+    """In the forked monitor: start the job, say its PGID, wait, record its exit status."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # from here on nothing ties us to the SSH channel
+    status_dir, token = req["status_dir"], req["token"]
+    os.makedirs(status_dir, mode=0o700, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    try:
+        out_fd = os.open(req["out"], flags, 0o644)
+        err_fd = out_fd if req["err"] == req["out"] else os.open(req["err"], flags, 0o644)
+    except OSError as exc:
+        _report(report_fd, f"error cannot open output file {exc.filename}: {exc.strerror}")
+        return
+    fail_r, fail_w = os.pipe2(os.O_CLOEXEC)
+    child = os.fork()
+    if child == 0:
+        os.close(fail_r)
+        os.close(report_fd)
+        _exec_child(req, out_fd, err_fd, fail_w)
+    os.close(fail_w)
+    failure = b""
+    while True:
+        chunk = os.read(fail_r, 4096)
+        if not chunk:
+            break
+        failure += chunk
+    os.close(fail_r)
+    if failure:
+        os.waitpid(child, 0)
+        _report(report_fd, "error " + failure.decode("utf-8", "replace"))
+        return
+    _write_atomic(os.path.join(status_dir, token + ".run"), f"{child} {os.getpid()}\n")
+    _report(report_fd, f"ok {child}")
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        code, sig = 0, os.WTERMSIG(status)
+    else:
+        code, sig = os.WEXITSTATUS(status), 0
+    _write_atomic(os.path.join(status_dir, token + ".st"), f"{code} {sig}\n")
+
+
+def spawn():
+    req = json.loads(sys.stdin.buffer.read())
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_r)
+        try:
+            _monitor(req, report_w)
+        except BaseException as exc:  # noqa: BLE001
+            try:
+                _report(report_w, f"error monitor failed: {exc}")
+            except OSError:
+                pass
+        os._exit(0)
+    os.close(report_w)
+    answer = b""
+    while True:
+        chunk = os.read(report_r, 4096)
+        if not chunk:
+            break
+        answer += chunk
+    os.waitpid(pid, os.WNOHANG)
+    sys.stdout.write((answer.decode("utf-8", "replace") or "error the monitor died before the job started") + "\n")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _members(pgids):
+    """Live (non-zombie) processes of these process groups, from /proc."""
+    found = []
+    if not pgids:
+        return found
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp.
+        if fields[0] != b"Z" and int(fields[2]) in pgids:
+            found.append(int(name))
+    return found
+
+
+def _signal_groups(pgids, sig):
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _sleep_while_members(pgids, seconds):
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while _members(pgids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(0.05, delay * 2)
+    return True
+
+
+def end(grace, wait, status_dir, items):
+    tokens = {}
+    for item in items:
+        token, _, pgid = item.partition(":")
+        tokens[token] = int(pgid)
+    pgids = set(tokens.values())
+    if not _sleep_while_members(pgids, float(grace)):
+        _signal_groups(pgids, signal.SIGTERM)
+        if not _sleep_while_members(pgids, float(wait)):
+            for _ in range(100):
+                if not _members(pgids):
+                    break
+                _signal_groups(pgids, signal.SIGKILL)
+                time.sleep(0.02)
+    left = _members(pgids)
+    lines = []
+    for token in tokens:
+        st = os.path.join(status_dir, token + ".st")
+        run = os.path.join(status_dir, token + ".run")
+        status = "? ?"
+        # The monitor writes the status right after its child is reaped: a moment, at most.
+        deadline = time.monotonic() + (0.5 if not left else 0.0)
+        while True:
+            try:
+                with open(st) as f:
+                    status = f.read().strip() or "? ?"
+                break
+            except FileNotFoundError:
+                if time.monotonic() >= deadline or not os.path.exists(run) or not _monitor_alive(run):
+                    break
+                time.sleep(0.01)
+        lines.append(f"st {token} {status}")
+        if not left:
+            for path in (st, run):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+    lines.append("left " + " ".join(map(str, left)) if left else "gone")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _monitor_alive(run_path):
+    try:
+        with open(run_path) as f:
+            return _alive(int(f.read().split()[1]))
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def watch(status_dir, heartbeat):
+    heartbeat = float(heartbeat)
+    os.makedirs(status_dir, mode=0o700, exist_ok=True)
+    seen = set()
+    lost = set()
+    last_hb = 0.0
+    while True:
+        readable, _, _ = select.select([0], [], [], 0.05)
+        if readable and not os.read(0, 4096):
+            return  # the daemon closed the channel
+        try:
+            names = set(os.listdir(status_dir))
+        except FileNotFoundError:
+            names = set()
+        lines = []
+        for name in sorted(names):
+            if name.endswith(".st") and name not in seen:
+                try:
+                    with open(os.path.join(status_dir, name)) as f:
+                        text = f.read().strip()
+                except FileNotFoundError:
+                    continue
+                seen.add(name)
+                lines.append(f"exit {name[:-3]} {text or '? ?'}")
+        seen &= names
+        now = time.monotonic()
+        if now - last_hb >= heartbeat:
+            last_hb = now
+            lines.append("hb")
+            # A monitor killed by hand (or by the OOM killer) leaves no status: say so.
+            for name in names:
+                token = name[:-4]
+                if (
+                    name.endswith(".run")
+                    and token + ".st" not in names
+                    and token not in lost
+                    and not _monitor_alive(os.path.join(status_dir, name))
+                    and not os.path.exists(os.path.join(status_dir, token + ".st"))
+                ):
+                    lost.add(token)
+                    lines.append(f"exit {token} ? ?")
+        if lines:
+            os.write(1, ("\n".join(lines) + "\n").encode())
+
+
+def cleanup(status_dir):
+    if os.path.isdir(status_dir):
+        for name in os.listdir(status_dir):
+            try:
+                os.unlink(os.path.join(status_dir, name))
+            except OSError:
+                pass
+        try:
+            os.rmdir(status_dir)
+            os.rmdir(os.path.dirname(status_dir))  # the run's directory, once every node left it
+        except OSError:
+            pass
+    sys.stdout.write("gone\n")
+
+
+def main(argv):
+    role, args = argv[0], argv[1:]
+    if role == "spawn":
+        spawn()
+    elif role == "watch":
+        watch(*args)
+    elif role == "end":
+        end(args[0], args[1], args[2], args[3:])
+    elif role == "cleanup":
+        cleanup(args[0])
+    else:
+        sys.stderr.write(f"remote_agent: unknown role {role!r}\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,631 @@
+"""Cluster mode: a job's processes on the allocation's nodes, started over SSH with fabric.
+
+Each node gets one SSH connection, opened at daemon start and reused for every call, with
+keepalive on. fabric/paramiko are synchronous and a connection must be used from one
+thread at a time, so each node has a one-thread executor; the event loop only awaits.
+
+On the node, a small agent (remote_agent.py, standard library only, sent with each call)
+starts the job's command as the leader of a new session -- its pid is the process-group
+id the daemon records -- under a monitor in a session of its own that records the exit
+status in a node-local file. Neither is tied to the SSH connection: a dropped connection
+leaves the job running. A long-lived `watch` channel per node reports those exit
+statuses as they appear, and a heartbeat; a node silent for `node_timeout` seconds, or
+one a call cannot reach, is reported down (the daemon then ends or shrinks its jobs) and
+retried every `retry_interval` seconds. Before a node that comes back is used again, the
+process groups of its lost jobs are ended there.
+
+Ending processes (shrink, cancel, time limit) is one `end` call per node: wait for the
+grace period, SIGTERM to -PGID, SIGKILL after the kill-wait, then a /proc scan on that
+node verifies that no member of the groups is left; only then are hosts reported gone.
+
+Job output files and the job's hostfile are written at the same paths as in local mode,
+so they must be on a file system the nodes share with the daemon (home or a project
+directory on a real cluster; on the single-machine virtual cluster every namespace sees
+the one file system).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import secrets
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from elasticd.errors import LaunchError
+from elasticd.launch.base import (
+    ExitCallback,
+    HostsGoneCallback,
+    LaunchRequest,
+    job_environment,
+    output_paths,
+    write_hostfile,
+)
+
+log = logging.getLogger("elasticd.launch.ssh")
+
+# The agent's source goes down each channel's stdin; this bootstrap reads and runs it.
+_BOOTSTRAP = "import sys;n=int(sys.argv.pop(1));exec(sys.stdin.buffer.read(n))"
+_AGENT = Path(__file__).with_name("remote_agent.py").read_bytes()
+
+# Variables that describe the daemon's own host or terminal, not the job's.
+_NOT_FORWARDED = frozenset(
+    {"HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+     "SSH_AUTH_SOCK", "DISPLAY", "XAUTHORITY", "TMUX", "STY"}
+)
+
+# What paramiko and sockets raise when a node cannot be reached or a channel breaks.
+_SSH_FAILURES = (OSError, EOFError, paramiko.SSHException)
+
+HostDownCallback = Callable[[str, str], None]
+HostUpCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    ssh_config: Path | None = None  # None: ~/.ssh/config and /etc/ssh/ssh_config, as ssh
+    connect_timeout: float = 10.0
+    node_timeout: float = 10.0  # silence after which a node is declared down
+    heartbeat: float = 1.0
+    retry_interval: float = 10.0
+    # The nodes share the daemon's file system, so its Python is at the same path there.
+    remote_python: str = sys.executable
+    call_timeout: float = 30.0
+
+
+class HostUnreachable(Exception):
+    """The node could not be reached (connect, channel or read failed or timed out)."""
+
+
+class RemoteError(Exception):
+    """The node answered, but the agent failed (no Python there, say)."""
+
+
+class _HostLink:
+    """One node's SSH connection and watch channel. Methods without a leading underscore
+    run in the node's own executor thread; `abort` may run in any thread."""
+
+    def __init__(self, name: str, options: SSHOptions, fabric_config: Any, status_dir: str,
+                 post: Callable[..., None]) -> None:
+        self.name = name
+        self.options = options
+        self.fabric_config = fabric_config
+        self.status_dir = status_dir
+        self.post = post  # thread-safe: schedule a callback on the event loop
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ssh-{name}")
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self.generation = 0
+        # Loop-side state.
+        self.up = False
+        self.last_heard = 0.0
+        self.orphans: dict[str, int] = {}  # token -> pgid of processes lost with the node
+        self.retry_task: asyncio.Task[None] | None = None
+
+    # ---- executor thread ----------------------------------------------------------------
+    def connect(self) -> None:
+        """(Re)open the connection and the watch channel; raises HostUnreachable."""
+        import fabric
+
+        self.abort()
+        conn = fabric.Connection(self.name, config=self.fabric_config,
+                                 connect_timeout=max(1, math.ceil(self.options.connect_timeout)))
+        if conn.ssh_config.get("stricthostkeychecking", "yes").lower() != "no":
+            # fabric trusts any key; with strict checking wanted, known keys must match.
+            try:
+                conn.client.load_system_host_keys()
+            except OSError:
+                pass
+        try:
+            conn.open()
+            conn.transport.set_keepalive(15)
+            chan = conn.transport.open_session(timeout=self.options.connect_timeout)
+            chan.exec_command(self._command("watch", self.status_dir, str(self.options.heartbeat)))
+            chan.sendall(_AGENT)
+        except _SSH_FAILURES as exc:
+            _close_quietly(conn)
+            raise HostUnreachable(_describe(exc)) from None
+        with self._lock:
+            self._conn = conn
+            self.generation += 1
+            gen = self.generation
+        threading.Thread(target=self._read_watch, args=(chan, gen), daemon=True,
+                         name=f"ssh-watch-{self.name}").start()
+
+    def exec(self, role: str, args: list[str], stdin: bytes, timeout: float) -> list[str]:
+        """Run the agent in ROLE; its stdout lines. Reconnects once if the link dropped."""
+        with self._lock:
+            conn = self._conn
+        if conn is None or conn.transport is None or not conn.transport.is_active():
+            self.connect()
+            with self._lock:
+                conn = self._conn
+        chan = None
+        try:
+            chan = conn.transport.open_session(timeout=timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(self._command(role, *args))
+            chan.sendall(_AGENT + stdin)
+            chan.shutdown_write()
+            out = bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no end of output within {timeout:.0f} s")
+            if not chan.status_event.wait(max(0.1, deadline - time.monotonic())):
+                raise TimeoutError("no exit status")
+            status = chan.exit_status
+            err = bytearray()
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+        except _SSH_FAILURES as exc:
+            raise HostUnreachable(_describe(exc)) from None
+        finally:
+            if chan is not None:
+                chan.close()
+        if status != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-3:]
+            raise RemoteError(f"agent exited with status {status}: {' | '.join(tail) or 'no message'}")
+        return out.decode(errors="replace").splitlines()
+
+    def abort(self) -> None:
+        """Drop the connection; a call blocked on it fails at once."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self.generation += 1
+        if conn is not None:
+            _close_quietly(conn)
+
+    def _command(self, role: str, *args: str) -> str:
+        words = [self.options.remote_python, "-I", "-S", "-c", _BOOTSTRAP, str(len(_AGENT)), role, *args]
+        return " ".join(shlex.quote(w) for w in words)
+
+    def _read_watch(self, chan: Any, gen: int) -> None:
+        buf = b""
+        try:
+            chan.settimeout(None)
+            while True:
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    self.post(self.name, gen, line.decode(errors="replace"))
+        except _SSH_FAILURES as exc:
+            log.debug("%s: watch channel: %s", self.name, _describe(exc))
+        self.post(self.name, gen, None)
+
+
+@dataclass
+class _RemoteProc:
+    host: str
+    token: str
+    pgid: int
+    finished: bool = False
+    code: int | None = None
+    signal: int | None = None
+    lost: bool = False  # its node went down: its fate is unknown
+    released: bool = False  # reclaimed by a shrink: its exit does not count for the job
+
+
+@dataclass
+class _SSHJob:
+    job_id: int
+    procs: dict[str, _RemoteProc] = field(default_factory=dict)
+    starting: int = 0
+    done: bool = False
+
+
+class SSHLauncher:
+    def __init__(
+        self,
+        on_exit: ExitCallback,
+        on_hosts_gone: HostsGoneCallback,
+        on_host_down: HostDownCallback,
+        on_host_up: HostUpCallback,
+        kill_wait: float = 5.0,
+        options: SSHOptions | None = None,
+    ) -> None:
+        self.on_exit = on_exit
+        self.on_hosts_gone = on_hosts_gone
+        self.on_host_down = on_host_down
+        self.on_host_up = on_host_up
+        self.kill_wait = kill_wait
+        self.options = options or SSHOptions()
+        # Node-local status files of this daemon run: unique, so two daemons sharing a
+        # node (or all the virtual nodes sharing one /tmp) never mix.
+        self.run_dir = f"/tmp/elastic-{os.getuid()}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._links: dict[str, _HostLink] = {}
+        self._jobs: dict[int, _SSHJob] = {}
+        self._tokens: dict[str, tuple[int, str]] = {}
+        self._spawning: set[str] = set()
+        self._early_exits: dict[str, tuple[int | None, int | None]] = {}
+        self._seq = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+
+    # ---- life cycle ---------------------------------------------------------------------
+    async def start(self, hosts: list[str]) -> None:
+        """Connect to every node at once; those that cannot be reached start out down."""
+        import fabric
+
+        self._loop = asyncio.get_running_loop()
+        cfg = self.options.ssh_config
+        fabric_config = fabric.Config(runtime_ssh_path=str(cfg)) if cfg else fabric.Config()
+        for h in hosts:
+            self._links[h] = _HostLink(h, self.options, fabric_config, f"{self.run_dir}/{h}", self._post)
+        results = await asyncio.gather(*(self._connect(h) for h in hosts), return_exceptions=True)
+        for h, r in zip(hosts, results):
+            if isinstance(r, BaseException):
+                self._host_failed(h, f"cannot connect: {r}")
+        up = [h for h in hosts if self._links[h].up]
+        log.info("ssh: %d of %d nodes reachable%s", len(up), len(hosts),
+                 "" if len(up) == len(hosts) else f"; down: {','.join(h for h in hosts if h not in up)}")
+        self._spawn(self._watch_heartbeats())
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        for link in self._links.values():
+            if link.retry_task is not None:
+                link.retry_task.cancel()
+        up = [h for h, link in self._links.items() if link.up]
+        await asyncio.gather(
+            *(self._call(h, "cleanup", [self._links[h].status_dir], timeout=5) for h in up),
+            return_exceptions=True,
+        )
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, link.abort) for link in self._links.values()))
+        for link in self._links.values():
+            link.executor.shutdown(wait=False, cancel_futures=True)
+
+    def node_states(self) -> dict[str, bool]:
+        return {h: link.up for h, link in self._links.items()}
+
+    def pgids(self, job_id: int) -> dict[str, int]:
+        job = self._jobs.get(job_id)
+        return {} if job is None else {h: p.pgid for h, p in job.procs.items()}
+
+    # ---- launching ----------------------------------------------------------------------
+    async def launch(self, req: LaunchRequest) -> None:
+        """Start the command on req.hosts: a new job, or new hosts of a running one."""
+        hostfile = write_hostfile(req)
+        workdir = Path(req.spec.working_dir or Path.home())
+        job = self._jobs.get(req.job_id)
+        if job is None:
+            if req.joining:
+                raise LaunchError(f"job {req.job_id} has no running processes to join")
+            job = self._jobs[req.job_id] = _SSHJob(req.job_id)
+        down = [h for h in req.hosts if not self._links[h].up]
+        if down:
+            if not job.procs:
+                self._jobs.pop(req.job_id, None)
+            raise LaunchError(f"node(s) down: {','.join(down)}")
+        job.starting += 1
+        try:
+            results = await asyncio.gather(
+                *(self._spawn_one(req, h, req.all_hosts.index(h), hostfile, workdir) for h in req.hosts),
+                return_exceptions=True,
+            )
+        finally:
+            job.starting -= 1
+        started = [r for r in results if isinstance(r, _RemoteProc)]
+        failed = [(h, r) for h, r in zip(req.hosts, results) if not isinstance(r, _RemoteProc)]
+        if failed:
+            await self._end_procs(started, 0.0, 0.5)
+            for p in started:
+                self._tokens.pop(p.token, None)
+            if not job.procs:
+                self._jobs.pop(req.job_id, None)
+            for h, exc in failed:
+                if isinstance(exc, HostUnreachable):
+                    self._host_failed(h, str(exc))
+            h, exc = failed[0]
+            if isinstance(exc, (HostUnreachable, RemoteError, LaunchError)):
+                raise LaunchError(f"{h}: {exc}" if not isinstance(exc, LaunchError) else str(exc))
+            raise exc
+        for p in started:
+            job.procs[p.host] = p
+            early = self._early_exits.pop(p.token, None)
+            if early is not None:
+                p.finished, p.code, p.signal = True, early[0], early[1]
+        self._maybe_done(job)
+
+    async def _spawn_one(self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path) -> _RemoteProc:
+        out, err = output_paths(req.spec, req.job_id, host, index, workdir)
+        self._seq += 1
+        token = f"{req.job_id}.{self._seq}"
+        env = {k: v for k, v in job_environment(req, host, index, hostfile).items() if k not in _NOT_FORWARDED}
+        payload = json.dumps({
+            "argv": list(req.spec.command), "cwd": str(workdir), "env": env, "out": str(out),
+            "err": str(err), "status_dir": self._links[host].status_dir, "token": token,
+        }).encode()
+        self._spawning.add(token)
+        self._tokens[token] = (req.job_id, host)
+        try:
+            lines = await self._call(host, "spawn", [], payload)
+        except BaseException:
+            self._tokens.pop(token, None)
+            raise
+        finally:
+            self._spawning.discard(token)
+        answer = lines[-1] if lines else ""
+        if answer.startswith("ok "):
+            return _RemoteProc(host, token, int(answer[3:]))
+        self._tokens.pop(token, None)
+        self._early_exits.pop(token, None)
+        if answer.startswith("error "):
+            raise LaunchError(answer[6:])
+        raise RemoteError(f"unexpected answer {answer!r}")
+
+    # ---- ending -------------------------------------------------------------------------
+    async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
+        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            procs = [job.procs[h] for h in hosts if h in job.procs]
+            for p in procs:
+                p.released = True
+            await self._end_procs(procs, grace, self.kill_wait)
+            for p in procs:
+                job.procs.pop(p.host, None)
+                self._tokens.pop(p.token, None)
+        await _call(self.on_hosts_gone, job_id, list(hosts))
+        if job is not None:
+            self._maybe_done(job)
+
+    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
+        job = self._jobs.get(job_id)
+        if job is None:
+            return
+        await self._end_procs([job.procs[h] for h in hosts if h in job.procs], 0.0, self.kill_wait)
+        self._maybe_done(job)
+
+    async def _end_procs(self, procs: list[_RemoteProc], grace: float, wait: float) -> None:
+        by_host: dict[str, list[_RemoteProc]] = {}
+        for p in procs:
+            by_host.setdefault(p.host, []).append(p)
+        await asyncio.gather(*(self._end_on_host(h, ps, grace, wait) for h, ps in by_host.items()))
+
+    async def _end_on_host(self, host: str, procs: list[_RemoteProc], grace: float, wait: float) -> None:
+        """End the groups on one node and verify there that none of their members is left."""
+        link = self._links[host]
+        if not link.up:
+            for p in procs:
+                self._lose(link, p)
+            return
+        args = [f"{grace:g}", f"{wait:g}", link.status_dir, *(f"{p.token}:{p.pgid}" for p in procs)]
+        try:
+            lines = await self._call(host, "end", args, timeout=grace + wait + self.options.call_timeout)
+        except HostUnreachable as exc:
+            self._host_failed(host, str(exc))
+            return
+        except RemoteError as exc:
+            log.error("%s: could not end process groups %s: %s", host, [p.pgid for p in procs], exc)
+            return
+        by_token = {p.token: p for p in procs}
+        for line in lines:
+            words = line.split()
+            if len(words) == 4 and words[0] == "st" and words[1] in by_token:
+                self._finished(by_token[words[1]], words[2], words[3])
+        if not lines or lines[-1] != "gone":
+            log.error("%s: process groups %s still have members after SIGKILL: %s",
+                      host, [p.pgid for p in procs], lines[-1] if lines else "no answer")
+
+    def _finished(self, p: _RemoteProc, code: str, sig: str) -> None:
+        if p.finished:
+            return
+        p.finished = True
+        p.code = int(code) if code.isdigit() else None
+        p.signal = int(sig) if sig.isdigit() else None
+
+    def _maybe_done(self, job: _SSHJob) -> None:
+        if job.done or job.starting or any(not p.finished for p in job.procs.values()):
+            return
+        job.done = True
+        self._spawn(self._job_done(job))
+
+    async def _job_done(self, job: _SSHJob) -> None:
+        procs = list(job.procs.values())
+        # A job's own background children must not outlive it on "freed" nodes.
+        await self._end_procs([p for p in procs if not p.lost], 0.0, min(self.kill_wait, 2.0))
+        self._jobs.pop(job.job_id, None)
+        for p in procs:
+            self._tokens.pop(p.token, None)
+        code, sig = _job_exit([p for p in procs if not p.released])
+        await _call(self.on_exit, job.job_id, code, sig)
+
+    # ---- node health --------------------------------------------------------------------
+    async def _connect(self, host: str) -> None:
+        link = self._links[host]
+        await self._in_thread(host, link.connect)
+        link.up = True
+        link.last_heard = time.monotonic()
+
+    def _post(self, host: str, gen: int, line: str | None) -> None:
+        """From a watch thread: hand a line (None: the channel closed) to the loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._on_watch, host, gen, line)
+        except RuntimeError:
+            pass  # the loop is closing
+
+    def _on_watch(self, host: str, gen: int, line: str | None) -> None:
+        link = self._links[host]
+        if gen != link.generation or self._closing:
+            return
+        if line is None:
+            if link.up:
+                self._spawn(self._recheck(host))
+            return
+        link.last_heard = time.monotonic()
+        words = line.split()
+        if len(words) == 4 and words[0] == "exit":
+            self._exit_reported(words[1], words[2], words[3])
+
+    def _exit_reported(self, token: str, code: str, sig: str) -> None:
+        where = self._tokens.get(token)
+        if where is None:
+            return
+        job = self._jobs.get(where[0])
+        p = job.procs.get(where[1]) if job is not None else None
+        if p is None or p.token != token:
+            if token in self._spawning:
+                # Reported before the spawn call returned: a command that ends at once.
+                self._early_exits[token] = (int(code) if code.isdigit() else None,
+                                            int(sig) if sig.isdigit() else None)
+            return
+        self._finished(p, code, sig)
+        if job is not None:
+            self._maybe_done(job)
+
+    async def _recheck(self, host: str) -> None:
+        """The watch channel closed while the node was up: reconnect, or declare it down."""
+        try:
+            await self._connect(host)
+        except (HostUnreachable, RemoteError) as exc:
+            self._host_failed(host, f"connection lost: {exc}")
+
+    async def _watch_heartbeats(self) -> None:
+        step = max(0.2, min(self.options.heartbeat, self.options.node_timeout / 4))
+        while True:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            for host, link in self._links.items():
+                if link.up and now - link.last_heard > self.options.node_timeout:
+                    self._host_failed(host, f"no heartbeat for {now - link.last_heard:.1f} s")
+
+    def _lose(self, link: _HostLink, p: _RemoteProc) -> None:
+        if not p.finished:
+            p.finished = True
+            p.lost = True
+        link.orphans[p.token] = p.pgid
+
+    def _host_failed(self, host: str, why: str) -> None:
+        """Mark the node down, tell the daemon, and settle the jobs that ran there."""
+        link = self._links[host]
+        if self._closing or (not link.up and link.retry_task is not None):
+            return
+        link.up = False
+        log.warning("node %s down: %s", host, why)
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, link.abort)
+        affected = []
+        for job in self._jobs.values():
+            p = job.procs.get(host)
+            if p is not None and not p.released:
+                self._lose(link, p)
+                affected.append(job)
+        self.on_host_down(host, why)
+        for job in affected:
+            self._maybe_done(job)
+        link.retry_task = asyncio.ensure_future(self._retry(host))
+
+    async def _retry(self, host: str) -> None:
+        link = self._links[host]
+        while not self._closing:
+            await asyncio.sleep(self.options.retry_interval)
+            try:
+                await self._in_thread(host, link.connect)
+            except (HostUnreachable, RemoteError) as exc:
+                log.debug("node %s still unreachable: %s", host, exc)
+                continue
+            if link.orphans:
+                # The processes of jobs lost with the node may have run on meanwhile.
+                items = [f"{t}:{g}" for t, g in link.orphans.items()]
+                try:
+                    lines = await self._call(host, "end", ["0", f"{self.kill_wait:g}", link.status_dir, *items],
+                                             timeout=self.kill_wait + self.options.call_timeout)
+                except (HostUnreachable, RemoteError) as exc:
+                    log.warning("node %s: could not end the processes left there: %s", host, exc)
+                    link.abort()
+                    continue
+                if not lines or lines[-1] != "gone":
+                    log.error("node %s: processes of lost jobs survive SIGKILL; keeping it down", host)
+                    continue
+                log.info("node %s: ended the processes of lost jobs (groups %s)", host,
+                         sorted(link.orphans.values()))
+                link.orphans.clear()
+            link.up = True
+            link.last_heard = time.monotonic()
+            link.retry_task = None
+            log.info("node %s is back", host)
+            self.on_host_up(host)
+            return
+
+    # ---- plumbing -----------------------------------------------------------------------
+    async def _call(self, host: str, role: str, args: list[str], stdin: bytes = b"",
+                    timeout: float | None = None) -> list[str]:
+        link = self._links[host]
+        return await self._in_thread(host, link.exec, role, args, stdin, timeout or self.options.call_timeout)
+
+    async def _in_thread(self, host: str, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._links[host].executor, fn, *args)
+        except RuntimeError as exc:  # executor shut down: the launcher is closing
+            raise HostUnreachable(str(exc)) from None
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ssh launcher task failed", exc_info=task.exception())
+
+
+async def _call(cb, *args) -> None:
+    result = cb(*args)
+    if asyncio.iscoroutine(result):
+        await result
+
+
+def _job_exit(procs: list[_RemoteProc]) -> tuple[int, int]:
+    """Slurm's job exit: the first non-zero exit code, else the first terminating signal."""
+    for p in procs:
+        if p.code:
+            return p.code, 0
+    for p in procs:
+        if p.signal:
+            return 0, p.signal
+    return 0, 0
+
+
+def _close_quietly(conn: Any) -> None:
+    """Closing a connection whose peer vanished may itself fail; it is closed either way."""
+    try:
+        conn.close()
+    except _SSH_FAILURES as exc:
+        log.debug("closing %s: %s", getattr(conn, "host", "?"), _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return f"timed out ({exc})" if str(exc) else "timed out"
+    text = str(exc) or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
