@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from elastic_protocol.jobspec import JobKind
 
-from elasticd.policies.base import Decision, PendingView, RunningView, Snapshot, start_size
+from elasticd.policies.base import (
+    Decision,
+    PendingView,
+    RunningView,
+    Snapshot,
+    start_size,
+)
 from elasticd.policies.threestep import Strategy, three_step
 
 

@@ -1,0 +1,120 @@
+"""What the model-driven policies (MEBF, SD-Policy) predict about a job, using the one
+implementation of the models in `elastic_apps.models` (speedup, reconfiguration cost,
+WorkProgress), so a policy predicts by the same arithmetic the synthetic application and
+the simulator follow.
+
+A job's work is `model.work` (seconds on one node) when given. Otherwise it is derived
+from the time limit read as the run time on the job's *preferred* size: the size a user
+would ask a rigid scheduler for, and the size a trace's logged run time belongs to in both
+seeds' conversions (MEBF: preferred = logged size). A job with neither has no prediction,
+and the policies leave it alone. A job without a model is taken to scale linearly.
+
+A running job's progress is replayed from its size history (every size it had, from its
+start), each change pausing it for the reconfiguration cost, exactly as WorkProgress
+advances a real or simulated job.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+
+from elastic_apps.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
+from elastic_protocol.jobspec import PerfModel
+
+from elasticd.policies.base import PendingView, RunningView
+
+
+@lru_cache(maxsize=512)
+def _speedup(text: str) -> SpeedupModel:
+    return parse_speedup(text)
+
+
+@lru_cache(maxsize=512)
+def _cost(alpha: float, beta: float, b: float) -> ReconfigCost:
+    return ReconfigCost(alpha, beta, b)
+
+
+def model_parts(model: PerfModel | None) -> tuple[SpeedupModel, ReconfigCost]:
+    if model is None:
+        return _speedup("linear"), _cost(0.0, 0.0, 0.0)
+    return _speedup(model.speedup), _cost(model.alpha, model.beta, model.b)
+
+
+def work_of(model: PerfModel | None, time_limit: float | None, preferred: int, s: SpeedupModel) -> float | None:
+    if model is not None and model.work is not None:
+        return model.work
+    if time_limit is None:
+        return None
+    return time_limit * s.speedup(preferred)
+
+
+def efficiency(model: PerfModel | None, n: int) -> float:
+    """S(n) / n: how much of each added node the job turns into speed; 1 is linear."""
+    s, _ = model_parts(model)
+    return s.speedup(n) / n if n > 0 else 1.0
+
+
+class PendingPrediction:
+    """How long a queued job runs on n nodes."""
+
+    __slots__ = ("speedup", "work")
+
+    def __init__(self, job: PendingView) -> None:
+        self.speedup, _ = model_parts(job.model)
+        self.work = work_of(job.model, job.time_limit, job.preferred, self.speedup)
+
+    def runtime(self, n: int) -> float | None:
+        return None if self.work is None else self.work / self.speedup.speedup(n)
+
+
+class RunningPrediction:
+    """A running job's progress at `now`, and its end under what-if resizes from there."""
+
+    __slots__ = ("cost", "end", "job", "now", "progress", "speedup", "start_size", "work")
+
+    def __init__(self, job: RunningView, now: float) -> None:
+        self.job = job
+        self.now = now
+        self.speedup, self.cost = model_parts(job.model)
+        self.work = work_of(job.model, job.time_limit, job.preferred, self.speedup)
+        history = job.history or ((job.start_time, job.size),)
+        self.start_size = history[0][1]
+        self.progress: WorkProgress | None = None
+        self.end: float | None = None
+        if self.work is None:
+            return
+        p = WorkProgress(self.work, self.speedup, self.cost, history[0][1], history[0][0])
+        for t, n in history[1:]:
+            if n != p.size and t <= now:
+                p.resize(n, t)
+        self.progress = p
+        self.end = p.end_time(now)
+
+    @property
+    def known(self) -> bool:
+        return self.progress is not None
+
+    def initial_runtime(self) -> float:
+        """The run time predicted when the job started, on the nodes it started with."""
+        assert self.work is not None
+        return self.work / self.speedup.speedup(self.start_size)
+
+    def end_if_resized(self, n_new: int) -> float:
+        """Predicted end if the job changes to n_new nodes now (paying the cost)."""
+        assert self.progress is not None
+        q = copy.copy(self.progress)
+        q.resize(n_new, self.now)
+        return q.end_time(self.now)
+
+    def end_if_lent(self, k: int, until: float) -> float:
+        """Predicted end if the job gives k nodes away now and gets them back at `until`
+        (SD-Policy's mates); if it would finish first, when it finishes."""
+        assert self.progress is not None
+        q = copy.copy(self.progress)
+        q.resize(self.job.size - k, self.now)
+        end = q.end_time(self.now)
+        if end <= until:
+            return end
+        q.resize(self.job.size, until)
+        return q.end_time(until)

@@ -1,0 +1,286 @@
+"""Free nodes over future time: the availability map that reservation-based policies
+(conservative backfilling, SD-Policy, the evolving-profile fit) place jobs into.
+
+A step function from `now` on, kept as segments (start time, free nodes), each lasting
+until the next one starts; the last lasts for ever. Segments live in blocks of at most
+`2 * _BLOCK` so that one pass with a queue thousands deep stays near-linear: a search
+skips whole blocks whose largest free count is too small, a range update touches whole
+blocks through a lazy offset, and inserting a breakpoint shifts one small list, not the
+whole map. (A flat list made conservative backfilling of 10,000 queued jobs quadratic.)
+
+Why free nodes at `now` include nodes still in flight (ends and shrinks being carried
+out): they are promised back and will be here in seconds, so planning counts them; a
+policy that wants to *start* a job now still checks the idle nodes it really has.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+
+_BLOCK = 64
+
+
+class _Block:
+    __slots__ = ("add", "free", "hi", "lo", "times")
+
+    def __init__(self, times: list[float], free: list[int]) -> None:
+        self.times = times
+        self.free = free  # stored values; the real free count is value + add
+        self.add = 0
+        self.lo = min(free)
+        self.hi = max(free)
+
+    def refresh(self) -> None:
+        self.lo = min(self.free)
+        self.hi = max(self.free)
+
+
+class FreeProfile:
+    def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]]) -> None:
+        """`releases`: (time, nodes) that come back at `time` (times before now count as now)."""
+        self.now = now
+        merged: dict[float, int] = {}
+        for t, n in releases:
+            if n:
+                t = max(t, now)
+                merged[t] = merged.get(t, 0) + n
+        free = free_now + merged.pop(now, 0)
+        times = [now]
+        values = [free]
+        for t in sorted(merged):
+            free += merged[t]
+            times.append(t)
+            values.append(free)
+        self._blocks = [
+            _Block(times[i : i + _BLOCK], values[i : i + _BLOCK]) for i in range(0, len(times), _BLOCK)
+        ]
+        self._firsts = [b.times[0] for b in self._blocks]
+
+    # ---- reading ---------------------------------------------------------------------
+    def free_at_now(self) -> int:
+        b = self._blocks[0]
+        return b.free[0] + b.add
+
+    def segments(self) -> list[tuple[float, int]]:
+        """Every (start, free) pair in time order; for tests and debugging."""
+        return [(t, f + b.add) for b in self._blocks for t, f in zip(b.times, b.free)]
+
+    def _locate(self, t: float) -> tuple[int, int]:
+        """(block, index) of the segment containing time t (t >= now)."""
+        bi = bisect.bisect_right(self._firsts, t) - 1
+        b = self._blocks[bi]
+        return bi, bisect.bisect_right(b.times, t) - 1
+
+    def _end_of(self, bi: int, i: int) -> float:
+        b = self._blocks[bi]
+        if i + 1 < len(b.times):
+            return b.times[i + 1]
+        if bi + 1 < len(self._blocks):
+            return self._firsts[bi + 1]
+        return math.inf
+
+    def earliest(self, need: int, duration: float, after: float | None = None) -> float:
+        """Earliest start >= `after` (default now) with `need` nodes free for `duration`
+        seconds; inf if that never happens."""
+        t0 = self.now if after is None else max(after, self.now)
+        if need <= 0:
+            return t0
+        bi, i = self._locate(t0)
+        cand: float | None = None
+        blocks = self._blocks
+        nb = len(blocks)
+        while bi < nb:
+            b = blocks[bi]
+            add = b.add
+            if i == 0:
+                # Whole-block shortcuts: nothing here can start a window, or all of it fits.
+                if cand is None and b.hi + add < need:
+                    bi += 1
+                    continue
+                if cand is not None and b.lo + add >= need:
+                    end = self._firsts[bi + 1] if bi + 1 < nb else math.inf
+                    if end >= cand + duration:
+                        return cand
+                    bi += 1
+                    continue
+            times, free = b.times, b.free
+            n = len(times)
+            while i < n:
+                if free[i] + add >= need:
+                    if cand is None:
+                        cand = max(times[i], t0)
+                    end = times[i + 1] if i + 1 < n else (self._firsts[bi + 1] if bi + 1 < nb else math.inf)
+                    if end >= cand + duration:
+                        return cand
+                else:
+                    cand = None
+                i += 1
+            bi += 1
+            i = 0
+        return math.inf if cand is None else cand
+
+    def min_free(self, start: float, end: float) -> int:
+        """Fewest free nodes at any time in [start, end) (at `start` if the range is empty)."""
+        bi, i = self._locate(max(start, self.now))
+        blocks, nb = self._blocks, len(self._blocks)
+        best = math.inf
+        first = True
+        while bi < nb:
+            b = blocks[bi]
+            if i == 0 and bi + 1 < nb and self._firsts[bi + 1] <= end:
+                best = min(best, b.lo + b.add)  # the whole block lies inside the range
+                first = False
+                bi += 1
+                continue
+            times, free = b.times, b.free
+            while i < len(times) and (first or times[i] < end):
+                best = min(best, free[i] + b.add)
+                first = False
+                i += 1
+            if i < len(times):
+                break
+            bi += 1
+            i = 0
+        return int(best)
+
+    def last_short(self, start: float, end: float, need: int) -> float | None:
+        """End time of the last segment in [start, end) with fewer than `need` free nodes,
+        or None if every segment there has enough: where a search for a window can resume."""
+        bi, i = self._locate(max(start, self.now))
+        blocks, nb = self._blocks, len(self._blocks)
+        found: tuple[int, int] | None = None
+        first = True
+        while bi < nb:
+            b = blocks[bi]
+            if i == 0 and b.lo + b.add >= need:
+                if b.times[0] >= end and not first:
+                    break
+                first = False
+                bi += 1  # no short segment in this block at all
+                continue
+            times, free = b.times, b.free
+            while i < len(times) and (first or times[i] < end):
+                if free[i] + b.add < need:
+                    found = (bi, i)
+                first = False
+                i += 1
+            if i < len(times):
+                break
+            bi += 1
+            i = 0
+        return None if found is None else self._end_of(*found)
+
+    # ---- writing ---------------------------------------------------------------------
+    def _split(self, t: float) -> None:
+        """Make t a segment boundary (t > now)."""
+        bi, i = self._locate(t)
+        b = self._blocks[bi]
+        if b.times[i] == t:
+            return
+        b.times.insert(i + 1, t)
+        b.free.insert(i + 1, b.free[i])
+        if len(b.times) > 2 * _BLOCK:
+            half = len(b.times) // 2
+            nb = _Block(b.times[half:], b.free[half:])
+            nb.add = b.add
+            nb.lo, nb.hi = min(nb.free), max(nb.free)
+            del b.times[half:], b.free[half:]
+            b.refresh()
+            self._blocks.insert(bi + 1, nb)
+            self._firsts.insert(bi + 1, nb.times[0])
+
+    def reserve(self, start: float, end: float, nodes: int) -> None:
+        """Take `nodes` from every segment in [start, end)."""
+        if nodes == 0 or end <= start:
+            return
+        start = max(start, self.now)
+        if start > self.now:
+            self._split(start)
+        if end != math.inf:
+            self._split(end)
+        bi, i = self._locate(start)
+        nb = len(self._blocks)
+        while bi < nb:
+            b = self._blocks[bi]
+            if b.times[i] >= end:
+                break
+            block_end = self._firsts[bi + 1] if bi + 1 < nb else math.inf
+            if i == 0 and block_end <= end:
+                b.add -= nodes
+                bi += 1
+                continue
+            while i < len(b.times) and b.times[i] < end:
+                b.free[i] -= nodes
+                i += 1
+            b.refresh()
+            if i < len(b.times):
+                break
+            bi += 1
+            i = 0
+
+
+def running_releases(snap_running: Iterable[object], now: float) -> list[tuple[float, int]]:
+    """When each running job's nodes come back: at its limit (never, if unlimited), now if
+    it is being ended; nodes an unanswered shrink will give back are counted as incoming."""
+    out: list[tuple[float, int]] = []
+    for r in snap_running:
+        if r.ending:  # type: ignore[attr-defined]
+            continue  # its nodes are in snapshot.incoming_nodes
+        end = r.estimated_end  # type: ignore[attr-defined]
+        n = r.size - r.shrinking  # type: ignore[attr-defined]
+        if end != math.inf and n > 0:
+            out.append((max(now, end), n))
+    return out
+
+
+def profile_of(snap: object) -> FreeProfile:
+    """The availability map of a snapshot, before any queued job is placed."""
+    return FreeProfile(
+        snap.now,  # type: ignore[attr-defined]
+        snap.free_nodes + snap.incoming_nodes,  # type: ignore[attr-defined]
+        running_releases(snap.running, snap.now),  # type: ignore[attr-defined]
+    )
+
+
+def queue_entries(snap: object) -> list[tuple[object, bool]]:
+    """The queue with evolving jobs' requests merged in by time: (view, is_request).
+
+    A request made at time t waits behind jobs submitted before t and ahead of those
+    submitted after, exactly as if it were a job: first come, first served, so neither
+    new jobs nor requests can starve the other. Requests come from registered evolving
+    jobs that can take an order now.
+    """
+    pending = snap.pending  # type: ignore[attr-defined]
+    asks = sorted(
+        (r for r in snap.running if r.requested > 0 and r.malleable_ready and not r.ending),  # type: ignore[attr-defined]
+        key=lambda r: (_asked_at(r), r.job_id),
+    )
+    if not asks:
+        return [(p, False) for p in pending]
+    out: list[tuple[object, bool]] = []
+    k = 0
+    for p in pending:
+        while k < len(asks) and _asked_at(asks[k]) <= p.submit_time:
+            out.append((asks[k], True))
+            k += 1
+        out.append((p, False))
+    out.extend((a, True) for a in asks[k:])
+    return out
+
+
+def _asked_at(r: object) -> float:
+    t = r.requested_at  # type: ignore[attr-defined]
+    return r.start_time if t is None else t  # type: ignore[attr-defined]
+
+
+def profile_from_segments(now: float, segments: list[tuple[float, int]]) -> FreeProfile:
+    """A map with the given (start, free) segments; the first must start at `now`."""
+    assert segments and segments[0][0] == now
+    prof = FreeProfile(now, 0, ())
+    times = [t for t, _ in segments]
+    values = [f for _, f in segments]
+    prof._blocks = [_Block(times[i : i + _BLOCK], values[i : i + _BLOCK]) for i in range(0, len(times), _BLOCK)]
+    prof._firsts = [b.times[0] for b in prof._blocks]
+    return prof

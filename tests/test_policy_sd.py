@@ -1,0 +1,110 @@
+"""SD-Policy (whole nodes) on hand-built snapshots.
+
+The common scene, at t=100: mates A and B (malleable, 4 nodes each, min 1, limit 1000 s,
+submitted and started at 0, linear) fill 8 nodes and will end at 1000. J (malleable, min 1,
+preferred 4, limit 200 s, so 800 node-seconds of work) waits: statically it starts at 1000
+and ends at 1200.
+
+- One mate lending floor(0.5 * 4) = 2 nodes: J runs 400 s on 2, ends at 500. The mate
+  loses 2 x 400 = 800 node-seconds, 200 s at its 4 nodes: it ends at 1200, penalty
+  (0 wait + 200 + 1000) / 1000 = 1.2.
+- Both mates lending 2: J runs 200 s on 4, ends at 300; each loses 400, ends at 1100:
+  penalties 1.1 + 1.1 = 2.2.
+The least total penalty is one mate, A (ties go to the lower job id).
+"""
+
+from __future__ import annotations
+
+from elastic_protocol.jobspec import JobKind
+
+from elasticd.policies import make_policy
+from elasticd.policies.base import (
+    Grow,
+    PendingView,
+    RunningView,
+    Shrink,
+    Snapshot,
+    Start,
+)
+
+M = JobKind.MALLEABLE
+
+
+def mate(job_id: int, size: int, limit: float = 1000.0, pref: int | None = None, kind: JobKind = M,
+         start: float = 0.0) -> RunningView:
+    return RunningView(
+        job_id=job_id, kind=kind, size=size, min_nodes=1 if kind is M else size, max_nodes=8 if kind is M else size,
+        preferred=pref or size, start_time=start, time_limit=limit, malleable_ready=kind is M, last_resize=None,
+        ending=False, submit_time=0.0,
+    )
+
+
+J = PendingView(3, 100.0, M, 1, 4, 4, 200.0)
+
+
+def decide(running: tuple[RunningView, ...], pending: tuple[PendingView, ...] = (J,), total: int = 8,
+           **params: object) -> list[object]:
+    free = total - sum(r.size for r in running)
+    policy = make_policy("sd", {"min_resize_interval": 0, **params})
+    return policy.decide(Snapshot(100.0, total, free, pending, running))
+
+
+MATES = (mate(1, 4), mate(2, 4))
+
+
+def test_one_mate_of_least_penalty_lends_its_nodes_when_the_new_job_ends_earlier() -> None:
+    assert decide(MATES) == [Shrink(1, 2)]
+
+
+def test_a_mate_whose_penalty_reaches_max_slowdown_is_refused() -> None:
+    # 1.2 >= 1.15: A alone is refused; the pair's 1.1 + 1.1 passes.
+    assert decide(MATES, max_slowdown=1.15) == [Shrink(1, 2), Shrink(2, 2)]
+    # 1.1 >= 1.05 too: no mate at all, J waits for its static start.
+    assert decide(MATES, max_slowdown=1.05) == []
+
+
+def test_dynamic_max_slowdown_is_the_running_jobs_average_predicted_slowdown() -> None:
+    # C (rigid, 2 nodes, submitted at 0, started at 50, limit 100) has slowdown 150/100 =
+    # 1.5; with A and B at 1.0 the average is 1.1667: A alone (1.2) is refused, the pair
+    # (1.1 each) is not. A static MAX_SLOWDOWN of 10 takes A alone.
+    running = (*MATES, mate(4, 2, limit=100.0, kind=JobKind.RIGID, start=50.0))
+    assert decide(running, total=10, dynamic_max_slowdown=True) == [Shrink(1, 2), Shrink(2, 2)]
+    assert decide(running, total=10) == [Shrink(1, 2)]
+
+
+def test_no_mate_when_the_new_job_would_not_end_before_its_static_start_allows() -> None:
+    # A and B end at 150: J starts statically at 150, ends at 350. One mate: J ends at
+    # 500, no better. Two: J would end at 300, but A and B finish first (at 200, shrunk):
+    # the new job must finish inside its mates' allocation.
+    assert decide((mate(1, 4, limit=150.0), mate(2, 4, limit=150.0))) == []
+
+
+def test_at_most_max_mates_are_shrunk_and_each_lends_at_most_sharing_factor() -> None:
+    # Four mates of 2 nodes lend floor(0.5 * 2) = 1 each; K needs at least 2 nodes: two
+    # mates (K ends at 500, not 1200). With max_mates 1 no single mate is enough.
+    running = tuple(mate(i, 2) for i in (1, 2, 5, 6))
+    k = PendingView(3, 100.0, M, 2, 4, 4, 200.0)
+    assert decide(running, pending=(k,)) == [Shrink(1, 1), Shrink(2, 1)]
+    assert decide(running, pending=(k,), max_mates=1) == []
+    assert decide(running, pending=(k,), sharing_factor=0.4) == []  # floor(0.4 * 2) = 0
+
+
+def test_a_malleable_job_starts_reduced_on_idle_nodes_when_that_ends_earlier_than_waiting() -> None:
+    # 2 idle nodes, J wants 4: on 2 it ends at 500 instead of 1200, no mate needed.
+    running = (mate(1, 4), mate(2, 2, kind=JobKind.RIGID))
+    assert decide(running) == [Start(3, 2)]
+
+
+def test_rigid_jobs_never_get_mates() -> None:
+    rigid = PendingView(3, 100.0, JobKind.RIGID, 4, 4, 4, 200.0)
+    assert decide(MATES, pending=(rigid,)) == []
+
+
+def test_idle_nodes_go_back_to_jobs_below_their_preferred_size_only_where_no_reservation_needs_them() -> None:
+    # A lent nodes (2 of its preferred 4); R (rigid, 4) ends at 300; 2 idle.
+    lender = mate(1, 2, pref=4)
+    r = mate(2, 4, limit=300.0, kind=JobKind.RIGID)
+    assert decide((lender, r), pending=()) == [Grow(1, 2)]
+    # H needs 5 at 300 for 100 s: only 1 node stays free meanwhile, so A gets 1.
+    h = PendingView(4, 90.0, JobKind.RIGID, 5, 5, 5, 100.0)
+    assert decide((lender, r), pending=(h,)) == [Grow(1, 1)]
