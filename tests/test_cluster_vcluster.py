@@ -1,0 +1,384 @@
+"""Cluster mode on a real cluster: deploy/vcluster.sh's network namespaces, each with its
+own address, sshd and slurmd; munge and slurmctld on this machine.
+
+The cluster comes up once for the module (with the project's own script) and is always
+torn down at the end if this module brought it up. Everything here needs root and the
+Debian packages; without them the tests skip and say why (CI runs them for real: .ci/run
+installs the packages first).
+
+Where a process runs is checked from the outside: its network namespace
+(/proc/PID/ns/net against /run/netns/ec-nN) and the host name it printed (`hostname`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
+
+from elasticd.cli.daemonctl import start_detached
+from elasticd.statedir import read_record
+
+ROOT = Path(__file__).resolve().parent.parent
+VCLUSTER = ROOT / "deploy" / "vcluster.sh"
+RECORDER = Path(__file__).parent / "apps" / "recorder.py"
+STATE = Path(os.environ.get("VCLUSTER_STATE", "/run/elastic-vcluster"))
+NODES = ("node1", "node2", "node3")
+
+
+@dataclass(frozen=True)
+class VCluster:
+    state: Path
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state / "ssh_config"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.state / "slurm.conf"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {**os.environ, "SLURM_CONF": str(self.slurm_conf), "ELASTIC_SSH_CONFIG": str(self.ssh_config),
+                "PATH": path, **extra}
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: network namespaces and the cluster's daemons need CAP_NET_ADMIN/CAP_SYS_ADMIN"
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "needs `ip` (iproute2) and `nsenter` (util-linux)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10, check=False)
+    if probe.returncode != 0:
+        return f"`ip netns` does not work here: {probe.stderr.strip()}"
+    missing = [b for b in ("salloc", "slurmctld", "slurmd", "munged", "sshd") if not _which_any(b)]
+    if missing:
+        r = subprocess.run([str(VCLUSTER), "install"], capture_output=True, text=True, timeout=600, check=False)
+        if r.returncode != 0:
+            return f"packages not installable ({', '.join(missing)} missing): {r.stderr.strip()[-300:]}"
+    return None
+
+
+def _which_any(name: str) -> bool:
+    return shutil.which(name) is not None or Path("/usr/sbin", name).exists()
+
+
+def _status_ok() -> bool:
+    return subprocess.run([str(VCLUSTER), "status"], capture_output=True, timeout=30, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def vcluster() -> Iterator[VCluster]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    was_up = _status_ok()
+    try:
+        if not was_up:
+            r = subprocess.run([str(VCLUSTER), "up"], capture_output=True, text=True, timeout=120, check=False)
+            assert r.returncode == 0, f"vcluster up failed:\n{r.stdout}\n{r.stderr}"
+        yield VCluster(STATE)
+    finally:
+        for i in range(1, 4):  # a failed test may have left a link down
+            subprocess.run(["ip", "link", "set", f"veth-n{i}", "up"], capture_output=True, timeout=10, check=False)
+        if not was_up:
+            subprocess.run([str(VCLUSTER), "down"], capture_output=True, text=True, timeout=120, check=False)
+
+
+# ---- where processes are -------------------------------------------------------------------
+def netns_inode(node: str) -> int:
+    return os.stat(f"/run/netns/ec-n{node.removeprefix('node')}").st_ino
+
+
+def node_of(pid: int) -> str | None:
+    """Which namespace node the process runs in (None: not one of them, or gone)."""
+    try:
+        ino = os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+    return next((n for n in NODES if netns_inode(n) == ino), None)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def job_processes() -> list[tuple[int, str, str]]:
+    """Every live process of an elastic job on a namespace node: (pid, node, command)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            node = node_of(p.pid)
+            if node is not None and "ELASTIC_JOB_ID" in p.environ():
+                found.append((p.pid, node, " ".join(p.info["cmdline"] or [])))
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def pid_file(folder: Path, name: str, timeout: float = 20) -> int:
+    f = folder / name
+    assert wait_until(lambda: f.exists() and f.read_text().strip() != "", timeout), f"no {name} in {folder}"
+    return int(f.read_text())
+
+
+def set_link(node: str, up: bool) -> None:
+    subprocess.run(["ip", "link", "set", f"veth-n{node.removeprefix('node')}", "up" if up else "down"],
+                   check=True, timeout=10)
+
+
+def recorder_job(folder: Path, nodes: str, name: str = "rec") -> Path:
+    # `hostname` first: the job's output then names the host each process ran on.
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "hostname; exec {sys.executable} {RECORDER}"]
+        nodes = {nodes}
+        kind = "malleable"
+        working_dir = "."
+        output = "{name}-%N.out"
+        time_limit = "3"
+    ''')
+
+
+def rigid_job(folder: Path, nodes: int, name: str = "rigid") -> Path:
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "hostname; echo $$ > pid-{name}-$ELASTIC_HOST; exec sleep 600"]
+        nodes = {nodes}
+        working_dir = "."
+        output = "{name}-%N.out"
+        time_limit = "3"
+    ''')
+
+
+def node_states(d: RunningDaemon) -> dict[str, str]:
+    r = d.cli("elasticd", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    return {n["name"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
+
+
+def submit(d: RunningDaemon, path: Path) -> int:
+    r = d.cli("esubmit", "--parsable", str(path))
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
+
+
+def first_line(path: Path) -> str:
+    assert wait_until(lambda: path.exists() and path.read_text().strip() != "", 10), f"{path} stays empty"
+    return path.read_text().splitlines()[0].strip()
+
+
+def assert_no_job_process_left(timeout: float = 10) -> None:
+    assert wait_until(lambda: not job_processes(), timeout), f"job processes left: {job_processes()}"
+
+
+def cluster_daemon(vc: VCluster, state_dir: Path, hosts: str, ssh_config: Path | None = None,
+                   extra: list[str] | None = None) -> RunningDaemon:
+    args = ["--hosts", hosts, "--ssh-config", str(ssh_config or vc.ssh_config), *(extra or [])]
+    rec = start_detached(state_dir, None, "easy", 2.0, extra=args, timeout=40)
+    return RunningDaemon(state_dir, rec, len(NODES))
+
+
+# ---- the user's path: salloc, elasticd start, jobs across the nodes --------------------------
+@pytest.mark.timeout(175)
+def test_salloc_elasticd_start_rigid_and_malleable_jobs_across_nodes(vcluster: VCluster, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    state = tmp_path / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    # Inside the allocation: start the daemon (cluster mode from SLURM_JOB_NODELIST, ssh
+    # launcher), then hold the allocation until the daemon is stopped.
+    script = "elasticd start --kill-wait 2 && while elasticd status >/dev/null 2>&1; do sleep 0.3; done"
+    log = open(tmp_path / "salloc.log", "w")  # noqa: SIM115 - closed once salloc has exited
+    salloc = subprocess.Popen(["salloc", "-N3", "-t", "5", "-J", "elastic-e2e", "sh", "-c", script],
+                              env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    d: RunningDaemon | None = None
+    try:
+        assert wait_until(lambda: read_record(state) is not None or salloc.poll() is not None, 60), \
+            "the daemon did not start inside the allocation"
+        rec = read_record(state)
+        assert rec is not None, (tmp_path / "salloc.log").read_text()
+        d = RunningDaemon(state, rec, 3)
+        # Applications reach the daemon on the bridge, not on loopback.
+        assert rec.app_host == "10.200.0.1"
+        status = d.cli("elasticd", "status")
+        assert status.returncode == 0, status.stderr
+        assert "mode cluster" in status.stdout
+        assert node_states(d) == {n: "idle" for n in NODES}
+        started = (tmp_path / "salloc.log").read_text()
+        assert "nodes from Slurm job" in started and "node[1-3]" in started and "launcher ssh" in started
+
+        rigid = submit(d, rigid_job(work, 1))
+        assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
+        rigid_node = d.job(rigid)["hosts"][0]
+        rigid_pid = pid_file(work, f"pid-rigid-{rigid_node}")
+        assert node_of(rigid_pid) == rigid_node
+        assert first_line(work / f"rigid-{rigid_node}.out") == rigid_node
+
+        mall = submit(d, recorder_job(work, "{ min = 1, max = 2, preferred = 1 }"))
+        info = d.wait_event(mall, "registered", timeout=30)
+        first = info["hosts"][0]
+        leader = pid_file(work, f"pid-{first}")
+        assert node_of(leader) == first != rigid_node
+        assert first_line(work / f"rec-{first}.out") == first
+        (third,) = [n for n in NODES if n not in (first, rigid_node)]
+        shrinks = 0
+
+        def shrink_off_third(pid: int) -> None:
+            # The process there is verified gone; the leader runs on.
+            nonlocal shrinks
+            shrinks += 1
+            assert d.cli("elasticd", "resize", str(mall), "1").returncode == 0
+            info = d.wait_event(mall, "shrunk", count=shrinks, timeout=30)
+            assert info["hosts"] == [first]
+            assert not alive(pid), "a process of the job is left on the released node"
+            assert alive(leader)
+            assert [p for p in job_processes() if p[1] == third] == []
+
+        if info["hosts"] == [first, third]:  # the policy started it at its maximum
+            worker = pid_file(work, f"pid-{third}")
+            assert node_of(worker) == third
+            shrink_off_third(worker)
+
+        # Grow onto the third node: a new process there, in that node's namespace.
+        assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
+        info = d.wait_event(mall, "grown", timeout=30)
+        assert info["hosts"] == [first, third]
+        joined = pid_file(work, f"pid-{third}-joining")
+        assert node_of(joined) == third
+        assert third in (work / f"rec-{third}.out").read_text().split()
+        assert node_states(d) == {n: "allocated" for n in NODES}
+
+        # And shrink off it again.
+        shrink_off_third(joined)
+
+        # Cancel both: CANCELLED, and no process of any job is left anywhere.
+        r = d.cli("ecancel", str(rigid), str(mall))
+        assert r.returncode == 0, r.stderr
+        d.wait([rigid, mall], timeout=30)
+        assert d.job(rigid)["state"] == "CANCELLED" and d.job(mall)["state"] == "CANCELLED"
+        assert not alive(rigid_pid) and not alive(leader)
+        assert_no_job_process_left()
+    finally:
+        if d is not None:
+            stop_daemon(d.record)
+        try:
+            salloc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(salloc.pid, signal.SIGTERM)
+            salloc.wait(timeout=30)
+        log.close()
+    # The allocation is released with the daemon gone; nothing of it is left.
+    assert salloc.returncode == 0, (tmp_path / "salloc.log").read_text()
+    assert_no_job_process_left()
+    squeue = subprocess.run(["squeue", "-h", "-n", "elastic-e2e", "-t", "R,PD,CG"], env=vcluster.env(),
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert squeue.stdout.strip() == "", squeue.stdout
+    assert time.monotonic() - t0 < 170
+
+
+# ---- nodes that cannot be reached --------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_unreachable_nodes_start_down_and_one_that_comes_back_is_used(vcluster: VCluster, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    # node4 names an address on the bridge where nothing answers.
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host node4\n    HostName 10.200.0.14\n" + vcluster.ssh_config.read_text())
+    set_link("node3", False)
+    d = None
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-4]", cfg,
+                           ["--connect-timeout", "2", "--node-retry", "1"])
+        assert node_states(d) == {"node1": "idle", "node2": "idle", "node3": "down", "node4": "down"}
+        jid = submit(d, rigid_job(work, 3, "wide"))
+        time.sleep(1.0)
+        assert d.job(jid)["state"] == "PENDING"
+        set_link("node3", True)
+        assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 30), d.job(jid)
+        assert d.job(jid)["hosts"] == ["node1", "node2", "node3"]
+        for n in ("node1", "node2", "node3"):
+            assert node_of(pid_file(work, f"pid-wide-{n}")) == n
+            assert first_line(work / f"wide-{n}.out") == n
+        assert node_states(d)["node4"] == "down"
+        assert d.cli("ecancel", str(jid)).returncode == 0
+        d.wait([jid], timeout=30)
+        assert d.job(jid)["state"] == "CANCELLED"
+        assert_no_job_process_left()
+    finally:
+        set_link("node3", True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(150)
+def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_cleaned_on_return(
+    vcluster: VCluster, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    d = None
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
+                           extra=["--node-timeout", "3", "--node-retry", "1", "--connect-timeout", "2"])
+        rigid = submit(d, rigid_job(work, 1))
+        assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
+        assert d.job(rigid)["hosts"] == ["node1"]
+        rigid_pid = pid_file(work, "pid-rigid-node1")
+        mall = submit(d, recorder_job(work, "{ min = 1, max = 2 }"))
+        info = d.wait_event(mall, "registered", timeout=30)
+        assert info["hosts"] == ["node2", "node3"]
+        worker = pid_file(work, "pid-node3")
+        assert node_of(worker) == "node3"
+
+        # node3's link goes down: the malleable job goes on without it.
+        set_link("node3", False)
+        info = d.wait_event(mall, "node_failed", timeout=20)
+        info = d.wait_event(mall, "released", timeout=20)
+        assert info["hosts"] == ["node2"] and info["state"] == "RUNNING"
+        assert node_states(d)["node3"] == "down"
+
+        # node1's link goes down: its rigid job fails as NODE_FAIL.
+        set_link("node1", False)
+        d.wait([rigid], timeout=30)
+        info = d.job(rigid)
+        assert info["state"] == "NODE_FAIL" and "node1" in info["reason"]
+        # Cut off, both processes still run: the daemon could not reach them.
+        assert alive(rigid_pid) and alive(worker)
+
+        # Back: the processes of the lost jobs are ended there before the nodes are used.
+        set_link("node1", True)
+        set_link("node3", True)
+        assert wait_until(lambda: not alive(rigid_pid) and not alive(worker), 30)
+        assert wait_until(lambda: node_states(d) == {"node1": "idle", "node2": "allocated", "node3": "idle"}, 30), \
+            node_states(d)
+        assert d.cli("ecancel", str(mall)).returncode == 0
+        d.wait([mall], timeout=30)
+        assert d.job(mall)["state"] == "CANCELLED"
+        assert_no_job_process_left()
+    finally:
+        set_link("node1", True)
+        set_link("node3", True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
