@@ -33,6 +33,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--parallel", type=int, default=2, help="batches run at once (default 2)")
     e.add_argument("--min-resize-interval", type=float, default=2.0, metavar="S")
     e.add_argument("--out", type=Path, required=True, metavar="DIR")
+    e.add_argument("--replay", action="store_true",
+                   help="run nothing: re-simulate the real runs already in --out and rewrite its results")
     e.set_defaults(func=cmd_experiment)
 
     r = sub.add_parser("report", help="metrics and PNG plots of a finished run, experiment or simulation")
@@ -54,9 +56,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from elasticd.experiments.report import print_experiment
-    from elasticd.experiments.runner import Settings, run_experiment
+    from dataclasses import asdict
 
+    from elasticd.experiments.report import print_experiment
+    from elasticd.experiments.runner import Settings, replay_experiment, run_experiment
+
+    if args.replay:
+        s = Settings(min_resize_interval=args.min_resize_interval)
+        print_experiment([asdict(r) for r in replay_experiment(args.out, s)])
+        return 0
     policies = args.policy or ["fcfs", "easy", "malleable"]
     fractions = _fractions(args.malleable)
     s = Settings(nodes=args.nodes, time_scale=args.time_scale, jobs=args.jobs, min_resize_interval=args.min_resize_interval)
@@ -69,7 +77,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run_experiment(args.out, policies, fractions, list(range(1, args.batches + 1)), s, args.parallel, progress)
-    from dataclasses import asdict
 
     print_experiment([asdict(r) for r in rows])
     print(f"results in {args.out}; plots with: elasticd report {args.out}")

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from elastic_protocol.control import QueueDocument
+
 from elasticd.cli.batch import execute_batch, load_batch, records, report_json
 from elasticd.experiments.batches import generate_batch, malleable_set, write_batch
 from elasticd.metrics import JobRecord, summarize
@@ -33,7 +35,12 @@ class Settings:
     min_resize_interval: float = 2.0
     schedule_interval: float = 1.0
     order_deadline: float = 10.0
-    startup: float = 0.2  # launch-to-progress latency the replay charges every job
+    # Launch-to-progress latency the replay charges a job started on n nodes: a + b*n,
+    # fitted on real local-mode runs (process starts, workers joining the leader).
+    startup: float = 0.25
+    startup_per_node: float = 0.063
+    grow_latency: float = 0.1
+    grow_latency_per_node: float = 0.035
 
     def daemon_args(self) -> list[str]:
         return ["--order-deadline", str(self.order_deadline), "--min-resize-interval", str(self.min_resize_interval),
@@ -68,8 +75,14 @@ def run_cell(out: Path, policy: str, fraction: float, batch: int, s: Settings) -
     doc, done = execute_batch(specs, s.nodes, policy, s.kill_wait, s.daemon_args(), announce=False,
                               timeout=3600)
     (cell / "run.json").write_text(json.dumps(report_json(doc, s.nodes, policy), indent=1))
+    return compare(doc, specs, policy, fraction, batch, s)
+
+
+def compare(doc: QueueDocument, specs: list, policy: str, fraction: float, batch: int, s: Settings) -> CellRow:
+    """A real run beside its replay in the simulator, with the same policy settings."""
     real = summarize(records(doc), s.nodes)
-    outcomes = simulate(from_specs(specs, s.startup), s.nodes, make_policy(policy, min_resize_interval=s.min_resize_interval))
+    jobs = from_specs(specs, s.startup, s.startup_per_node, s.grow_latency, s.grow_latency_per_node)
+    outcomes = simulate(jobs, s.nodes, make_policy(policy, min_resize_interval=s.min_resize_interval))
     sim = summarize([JobRecord(o.job_id, "", o.state, o.submit, o.start, o.end, o.node_seconds) for o in outcomes], s.nodes)
     completed = sum(j.state == "COMPLETED" for j in doc.jobs)
 
@@ -79,6 +92,23 @@ def run_cell(out: Path, policy: str, fraction: float, batch: int, s: Settings) -
     return CellRow(policy, fraction, batch, len(doc.jobs), completed, real.makespan, real.utilization, real.mean_wait,
                    real.mean_turnaround, sim.makespan, sim.utilization, sim.mean_wait, sim.mean_turnaround,
                    err(sim.makespan, real.makespan), err(sim.mean_turnaround, real.mean_turnaround))
+
+
+def replay_experiment(out: Path, s: Settings) -> list[CellRow]:
+    """Re-simulate every real run of an experiment folder (after changing the simulator's
+    settings, say) without running anything again; results.json is rewritten."""
+    doc = json.loads((out / "results.json").read_text())
+    rows = []
+    for r in doc["rows"]:
+        cell = out / "runs" / f"{r['policy']}-{round(100 * r['fraction'])}-b{r['batch']}"
+        run = json.loads((cell / "run.json").read_text())
+        specs = load_batch([cell / "jobs"], run["nodes"])
+        settings = Settings(**{**asdict(s), "nodes": run["nodes"]})
+        rows.append(compare(QueueDocument.model_validate(run["queue"]), specs, r["policy"], r["fraction"], r["batch"], settings))
+    doc["rows"] = [asdict(r) for r in rows]
+    doc["replay_settings"] = asdict(s)
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    return rows
 
 
 def run_experiment(

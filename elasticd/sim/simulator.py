@@ -124,7 +124,7 @@ class Simulation:
                 p = WorkProgress(j.work, j.speedup, j.cost, len(a.hosts), now)
                 if not j.malleable and len(a.hosts) == j.nodes:
                     p.remaining = j.run * j.speedup.speedup(j.nodes)  # exact logged run time
-                p.frozen_until = now + j.startup
+                p.frozen_until = now + j.startup + j.startup_per_node * len(a.hosts)
                 self._progress[a.job_id] = p
                 if j.malleable:
                     core.set_registered(a.job_id, True, now)
@@ -135,9 +135,13 @@ class Simulation:
                     keep = [h for h in job.hosts if h not in job.leaving]
                     for r in core.answer_shrink(a.job_id, a.order_id, keep[-a.count :], now):
                         core.hosts_gone(r.job_id, list(r.hosts), now)
+                    self._progress[a.job_id].resize(len(job.hosts), now)
                 else:
                     core.answer_grow(a.job_id, a.order_id, list(job.hosts), now)
-                self._progress[a.job_id].resize(len(job.hosts), now)
+                    j = self._sim_of[a.job_id]
+                    # The old size computes on while the new processes start and join.
+                    delay = j.grow_latency + j.grow_latency_per_node * a.count
+                    self._progress[a.job_id].resize(len(job.hosts), now + delay)
                 self._reschedule_end(a.job_id, now)
                 resized = True
             elif isinstance(a, Reclaim):

@@ -48,6 +48,10 @@ class SimJob:
     # zero for trace jobs, measured latencies when replaying real batches.
     startup: float = 0.0
     moldable: bool = False  # a range chosen at start, never resized
+    startup_per_node: float = 0.0  # launching and joining grows with the processes started
+    # A grow takes effect this long after the order (new processes start and join).
+    grow_latency: float = 0.0
+    grow_latency_per_node: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,13 @@ def build_workload(trace: Trace, fraction: float, seed: int, rule: MalleabilityR
     return out
 
 
-def from_specs(specs: list, startup: float = 0.0) -> list[SimJob]:
+def from_specs(
+    specs: list,
+    startup: float = 0.0,
+    startup_per_node: float = 0.0,
+    grow_latency: float = 0.0,
+    grow_latency_per_node: float = 0.0,
+) -> list[SimJob]:
     """Job files (with a [model] section) as simulator jobs: a real batch, replayed.
 
     Rigid jobs run at their fixed size; moldable and malleable ones carry their range. The
@@ -155,5 +165,6 @@ def from_specs(specs: list, startup: float = 0.0) -> list[SimJob]:
         kind = spec.resolved_kind
         run = work / s.speedup(pref)
         out.append(SimJob(i + 1, spec.submit_offset, run, pref, limit, kind is JobKind.MALLEABLE, lo, hi, pref, s,
-                          work, cost, startup, moldable=kind is JobKind.MOLDABLE))
+                          work, cost, startup, moldable=kind is JobKind.MOLDABLE, startup_per_node=startup_per_node,
+                          grow_latency=grow_latency, grow_latency_per_node=grow_latency_per_node))
     return out
