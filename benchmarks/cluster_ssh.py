@@ -151,14 +151,13 @@ def measure(d: BenchDaemon, launches: int, cycles: int) -> dict[str, list[float]
         jid = int(c.request(Submit(spec=synthetic("resizer", {"min": 1, "max": 3}, d.work_dir)))["job_id"])
         ev = wait_event(c, jid, "registered")
         size = next(e["nodes"] for e in ev if e["event"] == "started")
-        shrunk = grown = 0
+        shrunk = 0
         if size > 1:
             c.request(Resize(job_id=jid, nodes=1))
             shrunk += 1
             wait_event(c, jid, "shrunk", shrunk)
-        for _ in range(cycles):
+        for grown in range(1, cycles + 1):
             c.request(Resize(job_id=jid, nodes=3))
-            grown += 1
             wait_event(c, jid, "grown", grown)
             c.request(Resize(job_id=jid, nodes=1))
             shrunk += 1
@@ -203,7 +202,7 @@ def main() -> int:
 
 def _ms(xs: list[float]) -> str:
     xs = sorted(xs)
-    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+    p90 = xs[min(len(xs) - 1, round(0.9 * (len(xs) - 1)))]
     return f"{1000 * statistics.median(xs):7.1f} / {1000 * p90:7.1f} ms"
 
 

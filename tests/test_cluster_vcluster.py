@@ -382,3 +382,74 @@ def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_
         if d is not None:
             stop_daemon(d.record)
     assert_no_job_process_left()
+
+
+# ---- deploy/: the sbatch template and the fabric checks ----------------------------------------
+@pytest.mark.timeout(150)
+def test_sbatch_template_runs_a_batch_through_elasticd_and_writes_the_report(
+    vcluster: VCluster, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs"
+    (jobs / "out").mkdir(parents=True)
+    write_job(jobs, "01-hello", '''
+        name = "hello"
+        command = ["sh", "-c", "echo hello from $(hostname) as $ELASTIC_HOST; sleep 1"]
+        nodes = 1
+        working_dir = "."
+        output = "out/%x-%j.out"
+    ''')
+    write_job(jobs, "02-synthetic", '''
+        name = "synthetic"
+        command = ["python3", "-m", "elastic_apps.synthetic", "--work", "4"]
+        nodes = { min = 1, max = 3 }
+        kind = "malleable"
+        working_dir = "."
+        output = "out/%x-%j.out"
+        submit_offset = 0.5
+    ''')
+    env = vcluster.env(ELASTIC_VENV=str(BIN.parent), ELASTIC_REPORT=str(tmp_path / "report"),
+                       ELASTIC_STATE_DIR=str(tmp_path / "state"))
+    log = tmp_path / "batch.log"
+    r = subprocess.run(["sbatch", "-N3", "-t", "5", "--parsable", "-o", str(log),
+                        str(ROOT / "deploy" / "sbatch-elastic.sh"), "jobs", "--kill-wait", "2"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+    try:
+        def finished() -> bool:
+            q = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True,
+                               timeout=30, check=False)
+            return q.stdout.strip() == ""
+
+        assert wait_until(finished, 120, step=0.5), log.read_text() if log.exists() else "no log"
+    finally:
+        subprocess.run(["scancel", job_id], env=env, capture_output=True, timeout=30, check=False)
+    text = log.read_text()
+    assert "nodes from Slurm job" in text and "submitted 2 jobs" in text, text
+    assert "elasticd stopped" in text, text
+    report = json.loads((tmp_path / "report.json").read_text())
+    states = {j["name"]: j["state"] for j in report["jobs"]}
+    assert states == {"hello": "COMPLETED", "synthetic": "COMPLETED"}, report
+    assert (tmp_path / "report.txt").read_text().strip() in text
+    (hello,) = (jobs / "out").glob("hello-*.out")
+    host = hello.read_text().split()
+    assert host[2] in NODES and host[2] == host[4]  # `hostname` is the node it was started on
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(90)
+def test_fabric_check_finds_every_node_ready_and_names_the_unreachable(vcluster: VCluster, tmp_path: Path) -> None:
+    fab = subprocess.run([str(BIN / "fab"), "-r", str(ROOT / "deploy"), "--ssh-config", str(vcluster.ssh_config),
+                          "-H", ",".join(NODES), "check"], capture_output=True, text=True, timeout=60, check=False)
+    assert fab.returncode == 0, fab.stdout + fab.stderr
+    for n in NODES:
+        assert f"is {n}; Python" in fab.stdout
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host node4\n    HostName 10.200.0.14\n" + vcluster.ssh_config.read_text())
+    r = subprocess.run([sys.executable, str(ROOT / "deploy" / "fabfile.py"), "--hosts", "node[1-4]",
+                        "--ssh-config", str(cfg)], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("node")}
+    assert all(" ok " in lines[n] for n in NODES), r.stdout
+    assert "FAILED" in lines["node4"] and "unreachable" in lines["node4"]
+    assert "3 of 4 nodes ready; not ready: node4" in r.stdout
