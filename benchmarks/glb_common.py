@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-
 from elastic_protocol.control import Queue, Submit, Wait
 from elastic_protocol.jobspec import JobSpec
 
@@ -41,6 +40,30 @@ def wait_for_quiet_cpu(busy_below: float = 15.0, timeout: float = 120.0) -> floa
     while busy >= busy_below and time.monotonic() < deadline:
         busy = psutil.cpu_percent(interval=0.5)
     return busy
+
+
+class OtherLoad:
+    """How many cores other processes kept busy during a run: the machine's busy CPU time
+    minus the job's own (its places report their CPU seconds), over the run's wall time.
+    A run disturbed by someone else's tests says so, and can be done again."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.c0 = psutil.cpu_times()
+
+    @staticmethod
+    def _busy(t: Any) -> float:
+        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+    def cores(self, own_cpu_s: float) -> float:
+        wall = time.monotonic() - self.t0
+        busy = self._busy(psutil.cpu_times()) - self._busy(self.c0)
+        return max(0.0, (busy - own_cpu_s) / wall) if wall > 0 else 0.0
+
+
+def own_cpu(out: dict[str, Any]) -> float:
+    """CPU seconds of all the job's places (departed ones included)."""
+    return float(sum(s["cpu_s"] for s in out["place_stats"].values()))
 
 
 def submit(c: ControlClient, spec: JobSpec) -> int:

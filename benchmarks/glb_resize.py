@@ -31,10 +31,17 @@ import statistics
 import sys
 import time
 
-from elastic_protocol.control import Cancel, Resize
-
 from _harness import bench_daemon, verdict
-from glb_common import event_gaps, job_info, output_lines, submit, uts_spec, wait_end, wait_event
+from elastic_protocol.control import Cancel, Resize
+from glb_common import (
+    event_gaps,
+    job_info,
+    output_lines,
+    submit,
+    uts_spec,
+    wait_end,
+    wait_event,
+)
 
 
 def p50(xs: list[float]) -> float:
@@ -91,8 +98,8 @@ def main() -> int:
     print(f"shrink by 4 places: total {ms(p50(shrink_total))} [{ms(max(shrink_total)).strip()}] = runtime "
           f"{ms(p50(shrink_rt))} + GLB {ms(p50(shrink_glb))}   ({moved} of {4 * args.cycles} leaving bags "
           f"held work and were moved)  [target < 500 ms] {verdict(p50(shrink_total) < 0.5)}")
-    print(f"seed prototype: grow 14.55 s = 14.09 APGAS + 0.46 GLB (3.8 places); "
-          f"shrink 7.41 s = 6.31 APGAS + 1.10 GLB (2.55 places)")
+    print("seed prototype: grow 14.55 s = 14.09 APGAS + 0.46 GLB (3.8 places); "
+          "shrink 7.41 s = 6.31 APGAS + 1.10 GLB (2.55 places)")
     return 0 if p50(grow_total) < 1.0 and p50(shrink_total) < 0.5 else 1
 
 

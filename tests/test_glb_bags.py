@@ -13,12 +13,16 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-
 from elastic_apps.glb import Problem, run_sequential
 from elastic_apps.glb.apps.bc import BCProblem, rmat_graph
 from elastic_apps.glb.apps.nqueens import KNOWN_SOLUTIONS, QueensProblem
 from elastic_apps.glb.apps.pi import PiProblem
-from elastic_apps.glb.apps.uts import REFERENCE_TREES, Tree, UTSProblem, count_recursively
+from elastic_apps.glb.apps.uts import (
+    REFERENCE_TREES,
+    Tree,
+    UTSProblem,
+    count_recursively,
+)
 
 
 def scattered(problem: Problem[Any, Any], places: int, seed: int) -> Any:

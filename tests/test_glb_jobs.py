@@ -21,9 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
-
 from elastic_apps.glb import run_sequential
 from elastic_apps.glb.apps.bc import rmat_graph
 from elastic_apps.glb.apps.pi import PiProblem
@@ -169,7 +167,7 @@ def test_malleable_run_survives_shrinks_and_grows_mid_computation(daemon: Runnin
     args = [*APP_ARGS[app], "--pause-file", str(pause), "--pause-after", str(PAUSE_AFTER[app])]
     jid = submit(daemon, glb_job(workdir, app, args, "{ min = 1, max = 4 }", "malleable"))
     daemon.wait_event(jid, "registered")
-    wait_held(workdir, range(0, 4))
+    wait_held(workdir, range(4))
 
     resize(daemon, jid, 2)                      # places 2, 3 hand their work off
     assert daemon.wait_event(jid, "shrunk")["hosts"] == ["node1", "node2"]
@@ -202,7 +200,7 @@ def test_forked_places_leave_and_join_with_their_host(daemon: RunningDaemon, wor
     args = [*UTS_ARGS, "--places-per-host", "2", "--pause-file", str(pause), "--pause-after", "3000"]
     jid = submit(daemon, glb_job(workdir, "uts", args, "{ min = 1, max = 3 }", "malleable"))
     daemon.wait_event(jid, "registered")
-    wait_held(workdir, range(0, 6))
+    wait_held(workdir, range(6))
     resize(daemon, jid, 1)                      # 2 hosts = places 2..5 leave
     assert daemon.wait_event(jid, "shrunk")["hosts"] == ["node1"]
     resize(daemon, jid, 2)                      # places 6, 7 on node2
@@ -222,7 +220,7 @@ def test_a_lost_place_fails_the_job_instead_of_hanging(daemon: RunningDaemon, wo
     args = [*UTS_ARGS, "--pause-file", str(pause), "--pause-after", "5000"]
     jid = submit(daemon, glb_job(workdir, "uts", args, "{ min = 1, max = 2 }", "malleable"))
     daemon.wait_event(jid, "registered")
-    wait_held(workdir, range(0, 2))
+    wait_held(workdir, range(2))
     victim = next(p for p in psutil.Process(daemon.record.pid).children(recursive=True)
                   if p.environ().get("ELASTIC_JOB_ID") == str(jid) and p.environ().get("ELASTIC_HOST") == "node2")
     os.kill(victim.pid, signal.SIGKILL)         # its work is lost: the result would be wrong

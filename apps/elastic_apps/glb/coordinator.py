@@ -80,7 +80,7 @@ class HandlerGate:
     declared while an operation is under way, and no operation starts once it is.
     """
 
-    def __init__(self, inbox: "queue.SimpleQueue[Message]") -> None:
+    def __init__(self, inbox: queue.SimpleQueue[Message]) -> None:
         self._lock = threading.Lock()
         self._inbox = inbox
         self.busy = False

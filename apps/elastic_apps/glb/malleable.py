@@ -37,7 +37,7 @@ class GLBHandler(MalleableHandler):
     def __init__(
         self,
         job: JobChannel,
-        root_inbox: "queue.SimpleQueue[Message]",
+        root_inbox: queue.SimpleQueue[Message],
         gate: HandlerGate,
         resize_log: list[dict[str, Any]],
     ) -> None:

@@ -88,7 +88,7 @@ class Place:
     problem: Problem[Any, Any]
     config: PlaceConfig
     transport: Transport
-    inbox: "queue.SimpleQueue[Message]"
+    inbox: queue.SimpleQueue[Message]
     host: str
     local_index: int
     id: int = M.NO_ID
@@ -108,7 +108,7 @@ class Place:
     terminated: bool = False  # place 0: global termination detected
     finish_requested: bool = False
     stash: list[Message] = field(default_factory=list)
-    coordinator: "Coordinator | None" = None
+    coordinator: Coordinator | None = None
     stats: PlaceStats = field(default_factory=PlaceStats)
 
     def __post_init__(self) -> None:
@@ -407,7 +407,7 @@ class Place:
         self.send(M.ROOT, (M.MEMBERS_ACK, self.id, version))
 
     def _on_leave(self, msg: Message) -> None:
-        _version, target, leaving, old_members = msg[2], msg[3], msg[4], msg[5]
+        target, leaving, old_members = msg[3], msg[4], msg[5]
         self.leave = LeaveOrder(target, frozenset(old_members))
         for pid in leaving:
             if pid != self.id:

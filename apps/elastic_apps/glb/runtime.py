@@ -133,7 +133,7 @@ def run(problem: Problem[Any, Any], opts: RuntimeOptions) -> int:
 
 
 def _run_place(problem: Problem[Any, Any], opts: RuntimeOptions, env: JobEnv, local_index: int) -> int:
-    inbox: "queue.SimpleQueue[Message]" = queue.SimpleQueue()
+    inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
     job = JobChannel.connect(env)
     transport = Transport(env.secret.encode(), job.local_address, inbox)
     transport.start()

@@ -55,7 +55,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class Transport:
-    def __init__(self, secret: bytes, bind_host: str, inbox: "queue.SimpleQueue[tuple[Any, ...]]") -> None:
+    def __init__(self, secret: bytes, bind_host: str, inbox: queue.SimpleQueue[tuple[Any, ...]]) -> None:
         self.secret = secret
         self.inbox = inbox
         self._server = socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET)

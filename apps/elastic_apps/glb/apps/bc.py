@@ -119,7 +119,7 @@ class BCResult(Result):
         for v, num in deps:
             nums[v] += num * k
 
-    def reduce(self, other: "BCResult") -> None:
+    def reduce(self, other: BCResult) -> None:
         if not other.numerators:
             return
         if not self.numerators:
@@ -140,9 +140,9 @@ class BCResult(Result):
 class BCBag(Bag[BCResult]):
     """Ranges [lo, hi) of source vertices still to do, and the scores of those done."""
 
-    __slots__ = ("problem", "ranges", "partial")
+    __slots__ = ("partial", "problem", "ranges")
 
-    def __init__(self, problem: "BCProblem | None", ranges: list[list[int]] | None = None) -> None:
+    def __init__(self, problem: BCProblem | None, ranges: list[list[int]] | None = None) -> None:
         self.problem = problem
         self.ranges: list[list[int]] = ranges if ranges is not None else []
         self.partial = BCResult()
@@ -170,7 +170,7 @@ class BCBag(Bag[BCResult]):
             self.partial.add(lcm, deps, len(adj))
         return bool(ranges)
 
-    def split(self, take_all: bool) -> "BCBag | None":
+    def split(self, take_all: bool) -> BCBag | None:
         if take_all:
             loot, self.ranges = self.ranges, []
             return BCBag(None, loot)
@@ -185,7 +185,7 @@ class BCBag(Bag[BCResult]):
         self.ranges[0][1] = mid
         return BCBag(None, [[mid, hi]])
 
-    def merge(self, other: "BCBag") -> None:
+    def merge(self, other: BCBag) -> None:
         self.ranges.extend(other.ranges)
 
     def is_empty(self) -> bool:
@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from elastic_apps.glb.apps.bc import main as _main  # classes pickle by their package path
+    # Import main from the package, not this __main__ module: classes pickle by their path.
+    from elastic_apps.glb.apps.bc import main as _main
 
     sys.exit(_main())

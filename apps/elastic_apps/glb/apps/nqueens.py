@@ -47,12 +47,12 @@ def count_completions(cols: int, left: int, right: int, full: int) -> int:
 class QueensResult(Result):
     solutions: int = 0
 
-    def reduce(self, other: "QueensResult") -> None:
+    def reduce(self, other: QueensResult) -> None:
         self.solutions += other.solutions
 
 
 class QueensBag(Bag[QueensResult]):
-    __slots__ = ("n", "cutoff", "boards", "solutions")
+    __slots__ = ("boards", "cutoff", "n", "solutions")
 
     def __init__(self, n: int, cutoff: int, boards: list[Board] | None = None) -> None:
         self.n = n
@@ -90,7 +90,7 @@ class QueensBag(Bag[QueensResult]):
         self.solutions += found
         return bool(boards)
 
-    def split(self, take_all: bool) -> "QueensBag | None":
+    def split(self, take_all: bool) -> QueensBag | None:
         if take_all:
             loot, self.boards = self.boards, []
             return QueensBag(self.n, self.cutoff, loot)
@@ -101,7 +101,7 @@ class QueensBag(Bag[QueensResult]):
         loot, self.boards = self.boards[:half], self.boards[half:]
         return QueensBag(self.n, self.cutoff, loot)
 
-    def merge(self, other: "QueensBag") -> None:
+    def merge(self, other: QueensBag) -> None:
         self.boards.extend(other.boards)
 
     def is_empty(self) -> bool:
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from elastic_apps.glb.apps.nqueens import main as _main  # classes pickle by their package path
+    # Import main from the package, not this __main__ module: classes pickle by their path.
+    from elastic_apps.glb.apps.nqueens import main as _main
 
     sys.exit(_main())

@@ -40,7 +40,7 @@ class PiResult(Result):
     hits: int = 0
     samples: int = 0
 
-    def reduce(self, other: "PiResult") -> None:
+    def reduce(self, other: PiResult) -> None:
         self.hits += other.hits
         self.samples += other.samples
 
@@ -52,7 +52,7 @@ class PiResult(Result):
 class PiBag(Bag[PiResult]):
     """Ranges [lo, hi) of task indices still to do, and the hits of the tasks done."""
 
-    __slots__ = ("seed", "tasks", "per_task", "last_task_samples", "ranges", "hits", "samples")
+    __slots__ = ("hits", "last_task_samples", "per_task", "ranges", "samples", "seed", "tasks")
 
     def __init__(self, seed: int, tasks: int, per_task: int, last: int, ranges: list[list[int]] | None = None) -> None:
         self.seed = seed
@@ -63,7 +63,7 @@ class PiBag(Bag[PiResult]):
         self.hits = 0
         self.samples = 0
 
-    def _empty_like(self, ranges: list[list[int]]) -> "PiBag":
+    def _empty_like(self, ranges: list[list[int]]) -> PiBag:
         return PiBag(self.seed, self.tasks, self.per_task, self.last_task_samples, ranges)
 
     def __getstate__(self) -> tuple[int, int, int, int, list[list[int]]]:
@@ -90,7 +90,7 @@ class PiBag(Bag[PiResult]):
     def remaining(self) -> int:
         return sum(hi - lo for lo, hi in self.ranges)
 
-    def split(self, take_all: bool) -> "PiBag | None":
+    def split(self, take_all: bool) -> PiBag | None:
         if take_all:
             loot, self.ranges = self.ranges, []
             return self._empty_like(loot)
@@ -105,7 +105,7 @@ class PiBag(Bag[PiResult]):
         self.ranges[0][1] = mid
         return self._empty_like([[mid, hi]])
 
-    def merge(self, other: "PiBag") -> None:
+    def merge(self, other: PiBag) -> None:
         self.ranges.extend(other.ranges)
 
     def is_empty(self) -> bool:
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from elastic_apps.glb.apps.pi import main as _main  # classes pickle by their package path
+    # Import main from the package, not this __main__ module: classes pickle by their path.
+    from elastic_apps.glb.apps.pi import main as _main
 
     sys.exit(_main())

@@ -108,14 +108,14 @@ class UTSResult(Result):
     leaves: int = 0
     max_depth: int = 0
 
-    def reduce(self, other: "UTSResult") -> None:
+    def reduce(self, other: UTSResult) -> None:
         self.nodes += other.nodes
         self.leaves += other.leaves
         self.max_depth = max(self.max_depth, other.max_depth)
 
 
 class UTSBag(Bag[UTSResult]):
-    __slots__ = ("tree", "stack", "nodes", "leaves", "max_depth")
+    __slots__ = ("leaves", "max_depth", "nodes", "stack", "tree")
 
     def __init__(self, tree: Tree | None, stack: list[list[Any]] | None = None) -> None:
         self.tree = tree
@@ -155,7 +155,7 @@ class UTSBag(Bag[UTSResult]):
                 top[2] = lo
             nodes += 1
             h += 1
-            if h > max_depth:
+            if h > max_depth:  # noqa: PLR1730 - a call per node costs more than the test
                 max_depth = h
             try:
                 den = dens[h]
@@ -166,7 +166,7 @@ class UTSBag(Bag[UTSResult]):
                 continue
             m = int(log(1.0 - (int.from_bytes(child[16:20], "big") & 0x7FFFFFFF) / 2147483648.0) / den)
             if m:
-                stack.append([child, h, 0, m if m <= MAX_CHILDREN else MAX_CHILDREN])
+                stack.append([child, h, 0, m if m <= MAX_CHILDREN else MAX_CHILDREN])  # noqa: FURB136
             else:
                 leaves += 1
         self.nodes += nodes
@@ -174,7 +174,7 @@ class UTSBag(Bag[UTSResult]):
         self.max_depth = max_depth
         return bool(stack)
 
-    def split(self, take_all: bool) -> "UTSBag | None":
+    def split(self, take_all: bool) -> UTSBag | None:
         if take_all:
             loot, self.stack = self.stack, []
             return UTSBag(None, loot)
@@ -190,7 +190,7 @@ class UTSBag(Bag[UTSResult]):
             loot, self.stack = self.stack[:half], self.stack[half:]
         return UTSBag(None, loot) if loot else None
 
-    def merge(self, other: "UTSBag") -> None:
+    def merge(self, other: UTSBag) -> None:
         self.stack.extend(other.stack)
 
     def is_empty(self) -> bool:
@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from elastic_apps.glb.apps.uts import main as _main  # classes pickle by their package path
+    # Import main from the package, not this __main__ module: classes pickle by their path.
+    from elastic_apps.glb.apps.uts import main as _main
 
     sys.exit(_main())
