@@ -215,16 +215,19 @@ def end(grace, wait, status_dir, items):
         st = os.path.join(status_dir, token + ".st")
         run = os.path.join(status_dir, token + ".run")
         status = "? ?"
-        # The monitor writes the status right after its child is reaped: a moment, at most.
-        deadline = time.monotonic() + (0.5 if not left else 0.0)
+        # The monitor writes the status right after its child is reaped: wait while it
+        # lives (a loaded node may take a moment), then look once more.
+        deadline = time.monotonic() + (5.0 if not left else 0.0)
         while True:
             try:
                 with open(st) as f:
                     status = f.read().strip() or "? ?"
                 break
             except FileNotFoundError:
-                if time.monotonic() >= deadline or not os.path.exists(run) or not _monitor_alive(run):
+                if time.monotonic() >= deadline or not os.path.exists(run):
                     break
+                if not _monitor_alive(run):
+                    deadline = 0.0  # one more look: it may have written and exited
                 time.sleep(0.01)
         lines.append(f"st {token} {status}")
         if not left:

@@ -27,6 +27,7 @@ the one file system).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -69,6 +70,9 @@ _NOT_FORWARDED = frozenset(
 
 # What paramiko and sockets raise when a node cannot be reached or a channel breaks.
 _SSH_FAILURES = (OSError, EOFError, paramiko.SSHException)
+
+# The exit code reported for a process whose exit status could not be learnt.
+UNKNOWN_EXIT = 255
 
 HostDownCallback = Callable[[str, str], None]
 HostUpCallback = Callable[[str], None]
@@ -117,30 +121,37 @@ class _HostLink:
 
     # ---- executor thread ----------------------------------------------------------------
     def connect(self) -> None:
-        """(Re)open the connection and the watch channel; raises HostUnreachable."""
+        """Open the connection if it is not open, and a new watch channel on it; raises
+        HostUnreachable. A live connection is kept: calls running on it go on."""
         import fabric
 
-        self.abort()
-        conn = fabric.Connection(self.name, config=self.fabric_config,
-                                 connect_timeout=max(1, math.ceil(self.options.connect_timeout)))
-        if conn.ssh_config.get("stricthostkeychecking", "yes").lower() != "no":
-            # fabric trusts any key; with strict checking wanted, known keys must match.
-            try:
-                conn.client.load_system_host_keys()
-            except OSError:
-                pass
+        with self._lock:
+            conn = self._conn
+        fresh = conn is None or conn.transport is None or not conn.transport.is_active()
+        if fresh:
+            self.abort()
+            conn = fabric.Connection(self.name, config=self.fabric_config,
+                                     connect_timeout=max(1, math.ceil(self.options.connect_timeout)))
+            if conn.ssh_config.get("stricthostkeychecking", "yes").lower() != "no":
+                # fabric trusts any key; with strict checking wanted, known keys must match.
+                with contextlib.suppress(OSError):
+                    conn.client.load_system_host_keys()
         try:
-            conn.open()
-            conn.transport.set_keepalive(15)
+            if fresh:
+                conn.open()
+                conn.transport.set_keepalive(15)
             chan = conn.transport.open_session(timeout=self.options.connect_timeout)
             chan.exec_command(self._command("watch", self.status_dir, str(self.options.heartbeat)))
             chan.sendall(_AGENT)
         except _SSH_FAILURES as exc:
-            _close_quietly(conn)
+            if fresh:
+                _close_quietly(conn)
+            else:
+                self.abort()
             raise HostUnreachable(_describe(exc)) from None
         with self._lock:
             self._conn = conn
-            self.generation += 1
+            self.generation += 1  # the previous watch channel's end is no news
             gen = self.generation
         threading.Thread(target=self._read_watch, args=(chan, gen), daemon=True,
                          name=f"ssh-watch-{self.name}").start()
@@ -436,8 +447,13 @@ class SSHLauncher:
         if p.finished:
             return
         p.finished = True
-        p.code = int(code) if code.isdigit() else None
-        p.signal = int(sig) if sig.isdigit() else None
+        if code.isdigit() and sig.isdigit():
+            p.code, p.signal = int(code), int(sig)
+        else:
+            # Its monitor died without recording it (killed by hand, out of memory): the
+            # job must not pass for completed.
+            log.warning("%s: exit status of process group %d is unknown", p.host, p.pgid)
+            p.code, p.signal = UNKNOWN_EXIT, 0
 
     def _maybe_done(self, job: _SSHJob) -> None:
         if job.done or job.starting or any(not p.finished for p in job.procs.values()):
