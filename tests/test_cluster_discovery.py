@@ -95,6 +95,18 @@ def test_app_address_is_the_interface_that_routes_to_the_first_node(tmp_path: Pa
     socket.inet_aton(default_app_host(c, cfg))
 
 
+def test_srun_launcher_needs_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    from elasticd.launch.choose import make_launcher
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(ElasticError, match="inside a Slurm allocation"):
+        make_launcher("srun", on_exit=print, on_hosts_gone=print, on_host_down=print, on_host_up=print,
+                      kill_wait=1.0)
+    with pytest.raises(ElasticError, match="unknown launcher 'rsh'"):
+        make_launcher("rsh", on_exit=print, on_hosts_gone=print, on_host_down=print, on_host_up=print,
+                      kill_wait=1.0)
+
+
 # ---- the node table -------------------------------------------------------------------------
 def test_a_down_node_is_never_allocated_and_comes_back_when_up() -> None:
     t = NodeTable([f"n{i}" for i in range(1, 6)])

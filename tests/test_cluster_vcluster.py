@@ -198,15 +198,19 @@ def cluster_daemon(vc: VCluster, state_dir: Path, hosts: str, ssh_config: Path |
 
 # ---- the user's path: salloc, elasticd start, jobs across the nodes --------------------------
 @pytest.mark.timeout(175)
-def test_salloc_elasticd_start_rigid_and_malleable_jobs_across_nodes(vcluster: VCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["ssh", "srun"])
+def test_salloc_elasticd_start_rigid_and_malleable_jobs_across_nodes(vcluster: VCluster, tmp_path: Path,
+                                                                     launcher: str) -> None:
     t0 = time.monotonic()
     state = tmp_path / "state"
     work = tmp_path / "work"
     work.mkdir()
     env = vcluster.env(ELASTIC_STATE_DIR=str(state))
-    # Inside the allocation: start the daemon (cluster mode from SLURM_JOB_NODELIST, ssh
-    # launcher), then hold the allocation until the daemon is stopped.
-    script = "elasticd start --kill-wait 2 && while elasticd status >/dev/null 2>&1; do sleep 0.3; done"
+    # Inside the allocation: start the daemon (cluster mode from SLURM_JOB_NODELIST; the
+    # processes started over SSH, or as job steps with srun), then hold the allocation
+    # until the daemon is stopped.
+    script = (f"elasticd start --kill-wait 2 --launcher {launcher} && "
+              "while elasticd status >/dev/null 2>&1; do sleep 0.3; done")
     log = open(tmp_path / "salloc.log", "w")  # noqa: SIM115 - closed once salloc has exited
     salloc = subprocess.Popen(["salloc", "-N3", "-t", "5", "-J", "elastic-e2e", "sh", "-c", script],
                               env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -225,7 +229,7 @@ def test_salloc_elasticd_start_rigid_and_malleable_jobs_across_nodes(vcluster: V
         assert "mode cluster" in status.stdout
         assert node_states(d) == {n: "idle" for n in NODES}
         started = (tmp_path / "salloc.log").read_text()
-        assert "nodes from Slurm job" in started and "node[1-3]" in started and "launcher ssh" in started
+        assert "nodes from Slurm job" in started and "node[1-3]" in started and f"launcher {launcher}" in started
 
         rigid = submit(d, rigid_job(work, 1))
         assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)

@@ -23,8 +23,8 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hostfile", type=Path, metavar="FILE",
                    help="manage the nodes in FILE, one per line (`host [slots=N]`)")
     g.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                   help="how job processes start: ssh (cluster default), local (--local default); "
-                   "srun is not available yet")
+                   help="how job processes start: ssh (cluster default), srun (job steps of the "
+                   "allocation), local (--local default)")
     g.add_argument("--app-listen", metavar="ADDRESS", default=None,
                    help="address the applications on the nodes reach the daemon at (default: in "
                    "cluster mode the address of the interface that routes to the first node)")
@@ -87,8 +87,8 @@ class ClusterSettings:
 
 def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSettings:
     launcher = args.launcher or ("local" if cluster.mode == "local" else "ssh")
-    if launcher == "srun":
-        raise ElasticError("--launcher srun is not available yet: use --launcher ssh (the default in cluster mode)")
+    if launcher == "srun" and not os.environ.get("SLURM_JOB_ID"):
+        raise ElasticError("--launcher srun starts job steps of a Slurm allocation: run it inside salloc or sbatch")
     if cluster.mode == "local" and launcher != "local":
         raise ElasticError(f"--local runs virtual nodes on this machine; --launcher {launcher} needs real nodes "
                            "(--hosts, --hostfile or a Slurm allocation)")

@@ -35,7 +35,7 @@ def make_launcher(
         return SSHLauncher(on_exit, on_hosts_gone, on_host_down, on_host_up, kill_wait=kill_wait,
                            options=SSHOptions(**options))
     if kind == "srun":
-        raise ElasticError(
-            "--launcher srun is not available yet: use --launcher ssh (the default in cluster mode)"
-        )
+        from elasticd.launch.srun import SrunLauncher
+
+        return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, **options)
     raise ElasticError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")

@@ -1,0 +1,135 @@
+"""Cluster mode through Slurm itself: each host's process is a job step of the allocation.
+
+A thin launcher on top of the local one: for every host the daemon runs, on its own node,
+`srun --jobid=$SLURM_JOB_ID --overlap -N1 -n1 -w HOST ... COMMAND` in a process group of
+its own. Slurm starts the process on HOST under slurmstepd and tracks it (with
+proctrack/cgroup, every descendant); ending the local srun's group (SIGTERM, SIGKILL after
+the kill-wait) makes srun cancel the step. Before hosts (or the job) are reported gone
+the daemon also checks that Slurm no longer lists the step -- it cancels a step that
+outlived its srun -- so freed nodes are verified free at Slurm's level.
+
+Output goes to the job's files through srun's --output/--error, written by slurmstepd on
+the node: a shared file system, as with the SSH launcher. srun's own messages go to
+`srun-HOST.log` in the job's directory under the daemon's state dir. Unlike the SSH
+launcher, this one does not watch nodes: a node Slurm loses fails its step, and the job
+ends as its processes do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from elasticd.errors import ElasticError, LaunchError
+from elasticd.launch.base import (
+    ExitCallback,
+    HostsGoneCallback,
+    LaunchRequest,
+    job_environment,
+    output_paths,
+)
+from elasticd.launch.local import LocalLauncher, _HostProc, _open_output
+
+log = logging.getLogger("elasticd.launch.srun")
+
+
+class SrunLauncher(LocalLauncher):
+    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0,
+                 slurm_job: str | None = None) -> None:
+        job = slurm_job or os.environ.get("SLURM_JOB_ID")
+        if not job:
+            raise ElasticError("--launcher srun works inside a Slurm allocation (no SLURM_JOB_ID here)")
+        srun, squeue, scancel = (shutil.which(t) for t in ("srun", "squeue", "scancel"))
+        if not (srun and squeue and scancel):
+            raise ElasticError("--launcher srun needs srun, squeue and scancel on the PATH")
+        self.slurm_job, self.srun, self.squeue, self.scancel = job, srun, squeue, scancel
+        self._user_on_exit, self._user_on_hosts_gone = on_exit, on_hosts_gone
+        super().__init__(self._exit_verified, self._hosts_gone_verified, kill_wait=kill_wait)
+
+    def step_name(self, job_id: int, host: str) -> str:
+        return f"elastic.{job_id}.{host}"
+
+    async def _start_one(self, req: LaunchRequest, host: str, index: int, hostfile: Path,
+                         workdir: Path) -> _HostProc:
+        out, err = output_paths(req.spec, req.job_id, host, index, workdir)
+        argv = [
+            self.srun, f"--jobid={self.slurm_job}", "--nodes=1", "--ntasks=1", f"--nodelist={host}",
+            "--overlap", f"--job-name={self.step_name(req.job_id, host)}", "--quiet",
+            "--kill-on-bad-exit=0", "--open-mode=append", f"--chdir={workdir}",
+            # srun reads % patterns in file names: the paths are already expanded.
+            f"--output={_literal(out)}", f"--error={_literal(err)}",
+            *req.spec.command,
+        ]
+        fd = _open_output(req.job_dir / f"srun-{host}.log")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=job_environment(req, host, index, hostfile), stdin=asyncio.subprocess.DEVNULL,
+                stdout=fd, stderr=fd, start_new_session=True,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot run srun: {exc}") from None
+        finally:
+            os.close(fd)
+        return _HostProc(host, proc, proc.pid)
+
+    # ---- verification at Slurm's level ----------------------------------------------------
+    async def _hosts_gone_verified(self, job_id: int, hosts: list[str]) -> None:
+        await self._steps_gone({self.step_name(job_id, h) for h in hosts})
+        await _call(self._user_on_hosts_gone, job_id, hosts)
+
+    async def _exit_verified(self, job_id: int, code: int | None, sig: int | None) -> None:
+        await self._steps_gone(None, prefix=f"elastic.{job_id}.")
+        await _call(self._user_on_exit, job_id, code, sig)
+
+    async def _steps_gone(self, names: set[str] | None, prefix: str = "") -> None:
+        """Wait until Slurm lists none of these steps; cancel those that outlived srun."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.kill_wait + 15
+        cancelled: set[str] = set()
+        while True:
+            left = {sid: name for sid, name in (await self._steps()).items()
+                    if (name in names if names is not None else name.startswith(prefix))}
+            if not left:
+                return
+            if loop.time() > deadline:
+                log.error("Slurm still lists steps %s after cancelling them", sorted(left.values()))
+                return
+            for sid in set(left) - cancelled:
+                log.warning("step %s (%s) outlived its srun: cancelling it", sid, left[sid])
+                await self._run(self.scancel, "--quiet", sid)
+                cancelled.add(sid)
+            await asyncio.sleep(0.2)
+
+    async def _steps(self) -> dict[str, str]:
+        out = await self._run(self.squeue, "-h", "-s", "-j", self.slurm_job, "-o", "%i|%j")
+        steps = {}
+        for line in out.splitlines():
+            sid, _, name = line.strip().partition("|")
+            if sid:
+                steps[sid] = name
+        return steps
+
+    async def _run(self, *argv: str) -> str:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return ""
+        return out.decode(errors="replace")
+
+
+def _literal(path: Path) -> str:
+    return str(path).replace("%", "%%")
+
+
+async def _call(cb, *args) -> None:
+    result = cb(*args)
+    if asyncio.iscoroutine(result):
+        await result
