@@ -12,8 +12,7 @@ Evolving jobs' requests take their place in the queue by the time they were made
 limit, otherwise it holds a reservation like a queued job.
 
 The map is built once per pass and the queue is walked only while something could still
-start now: once the idle nodes (or the nodes the map leaves free now) are fewer than every
-remaining job needs, later reservations cannot change this pass's decisions.
+start now (`StartBound`): later reservations cannot change this pass's decisions.
 """
 
 from __future__ import annotations
@@ -32,15 +31,29 @@ from elasticd.policies.base import (
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 
 
-def needs_suffix_min(needs: list[int]) -> list[int]:
-    """suffix[i] = the fewest nodes any entry from i on needs (for the early stop)."""
-    out = [0] * (len(needs) + 1)
-    out[-1] = 1 << 60
-    m = 1 << 60
-    for i in range(len(needs) - 1, -1, -1):
-        m = min(m, needs[i])
-        out[i] = m
-    return out
+class StartBound:
+    """Tells a queue walk when no remaining entry can start now, so it may stop.
+
+    Entry k can start now only if it needs n_k <= idle nodes and n_k <= the fewest nodes
+    the map leaves free over [now, now + d_k). Both sides are bounded by the fewest
+    nodes any entry from i on needs and the shortest duration from i on, so once
+    min(idle, free over [now, now + shortest)) is below that fewest need, nothing can.
+    """
+
+    def __init__(self, now: float, needs: list[int], durations: list[float]) -> None:
+        self.now = now
+        k = len(needs)
+        self.need = [1 << 60] * (k + 1)
+        self.dur = [math.inf] * (k + 1)
+        for i in range(k - 1, -1, -1):
+            self.need[i] = min(self.need[i + 1], needs[i])
+            self.dur[i] = min(self.dur[i + 1], durations[i])
+
+    def exhausted(self, i: int, idle: int, prof: FreeProfile) -> bool:
+        need = self.need[i]
+        if min(idle, prof.free_at_now()) < need:
+            return True
+        return prof.min_free(self.now, self.now + self.dur[i]) < need
 
 
 def place_request(prof: FreeProfile, r: RunningView, free: int, now: float) -> Grow | None:
@@ -57,6 +70,14 @@ def place_request(prof: FreeProfile, r: RunningView, free: int, now: float) -> G
     return None
 
 
+def entry_duration(e: object, is_request: bool, now: float) -> float:
+    """How long a queue entry holds its nodes: a job its limit, a request until its job's."""
+    if is_request:
+        return e.estimated_end - now  # type: ignore[attr-defined]
+    limit = e.time_limit  # type: ignore[attr-defined]
+    return math.inf if limit is None else float(limit)
+
+
 class ConservativeBackfill:
     name = "conservative"
 
@@ -66,10 +87,10 @@ class ConservativeBackfill:
         free = snap.free_nodes
         entries = queue_entries(snap)
         needs = [e.requested if is_req else e.start_nodes for e, is_req in entries]  # type: ignore[attr-defined]
-        suffix = needs_suffix_min(needs)
+        bound = StartBound(now, needs, [entry_duration(e, is_req, now) for e, is_req in entries])
         out: list[Decision] = []
         for i, (e, is_request) in enumerate(entries):
-            if min(free, prof.free_at_now()) < suffix[i]:
+            if bound.exhausted(i, free, prof):
                 break  # nothing from here on can start now
             if is_request:
                 g = place_request(prof, e, free, now)  # type: ignore[arg-type]

@@ -47,7 +47,7 @@ from elasticd.policies.base import (
     grant_requests,
     start_size,
 )
-from elasticd.policies.conservative import needs_suffix_min
+from elasticd.policies.conservative import StartBound
 from elasticd.policies.profile import FreeProfile, profile_from_segments
 
 Steps = Sequence[tuple[float, int]]
@@ -57,6 +57,10 @@ _NO_ROOM = -(1 << 40)  # free nodes "before now" in a mirrored map: never enough
 def base_fit(prof: FreeProfile, steps: Steps, limit: float, t0: float) -> tuple[float, list[float] | None]:
     """Algorithm 2: (start, expanded duration of every step), or (inf, None) if the steps
     can never be placed. Step 1 starts at or after t0."""
+    if len(steps) == 1:  # one step: nothing to expand, the earliest window is the answer
+        (d, n), = steps
+        ts = prof.earliest(n, d, t0)
+        return (math.inf, None) if ts == math.inf else (ts, [d])
     ts, durations = _fit(prof, steps, limit, 0, t0)
     if durations is None:
         return math.inf, None
@@ -187,11 +191,12 @@ class EvolvingFit:
         out: list[Decision] = list(grant_requests(snap, snap.free_nodes))
         free = snap.free_nodes - sum(g.by for g in out)  # type: ignore[union-attr]
         pending = snap.pending
-        suffix = needs_suffix_min([j.start_nodes for j in pending])
+        all_steps = [self.steps_of(j) for j in pending]
+        bound = StartBound(now, [st[0][1] for st in all_steps], [st[0][0] for st in all_steps])
         for i, job in enumerate(pending):
-            if min(free, prof.free_at_now()) < suffix[i]:
+            if bound.exhausted(i, free, prof):
                 break  # nothing from here on can start now
-            steps = self.steps_of(job)
+            steps = all_steps[i]
             start, durations = base_fit(prof, steps, self.expand_limit, now)
             if durations is None:
                 continue  # can never be placed (e.g. nodes held for ever)

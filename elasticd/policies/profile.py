@@ -83,43 +83,40 @@ class FreeProfile:
 
     def earliest(self, need: int, duration: float, after: float | None = None) -> float:
         """Earliest start >= `after` (default now) with `need` nodes free for `duration`
-        seconds; inf if that never happens."""
-        t0 = self.now if after is None else max(after, self.now)
+        seconds; inf if that never happens.
+
+        Find the first time with enough nodes, then look for the *last* congested segment
+        of the window from there; none: found; else resume after it. Each round skips every
+        start that would overlap that segment, and whole blocks are skipped both ways.
+        """
+        t = self.now if after is None else max(after, self.now)
         if need <= 0:
-            return t0
-        bi, i = self._locate(t0)
-        cand: float | None = None
-        blocks = self._blocks
-        nb = len(blocks)
+            return t
+        while True:
+            c = self._first_enough(t, need)
+            if c == math.inf or duration <= 0:
+                return c
+            short = self.last_short(c, c + duration, need)
+            if short is None:
+                return c
+            t = short
+
+    def _first_enough(self, t: float, need: int) -> float:
+        """The first time >= t at which at least `need` nodes are free (inf: never)."""
+        bi, i = self._locate(t)
+        blocks, nb = self._blocks, len(self._blocks)
         while bi < nb:
             b = blocks[bi]
-            add = b.add
-            if i == 0:
-                # Whole-block shortcuts: nothing here can start a window, or all of it fits.
-                if cand is None and b.hi + add < need:
-                    bi += 1
-                    continue
-                if cand is not None and b.lo + add >= need:
-                    end = self._firsts[bi + 1] if bi + 1 < nb else math.inf
-                    if end >= cand + duration:
-                        return cand
-                    bi += 1
-                    continue
-            times, free = b.times, b.free
-            n = len(times)
-            while i < n:
-                if free[i] + add >= need:
-                    if cand is None:
-                        cand = max(times[i], t0)
-                    end = times[i + 1] if i + 1 < n else (self._firsts[bi + 1] if bi + 1 < nb else math.inf)
-                    if end >= cand + duration:
-                        return cand
-                else:
-                    cand = None
-                i += 1
+            if i == 0 and b.hi + b.add < need:
+                bi += 1  # nothing in this block has enough
+                continue
+            times, free, add = b.times, b.free, b.add
+            for j in range(i, len(times)):
+                if free[j] + add >= need:
+                    return max(times[j], t)
             bi += 1
             i = 0
-        return math.inf if cand is None else cand
+        return math.inf
 
     def min_free(self, start: float, end: float) -> int:
         """Fewest free nodes at any time in [start, end) (at `start` if the range is empty)."""
@@ -147,30 +144,33 @@ class FreeProfile:
 
     def last_short(self, start: float, end: float, need: int) -> float | None:
         """End time of the last segment in [start, end) with fewer than `need` free nodes,
-        or None if every segment there has enough: where a search for a window can resume."""
-        bi, i = self._locate(max(start, self.now))
-        blocks, nb = self._blocks, len(self._blocks)
-        found: tuple[int, int] | None = None
-        first = True
-        while bi < nb:
+        or None if every segment there has enough: where a search for a window can resume.
+        Scans backwards from `end`, skipping blocks that have enough everywhere."""
+        start = max(start, self.now)
+        blocks = self._blocks
+        bs, i_s = self._locate(start)
+        if end == math.inf:
+            be, ie = len(blocks) - 1, len(blocks[-1].times) - 1
+        else:
+            be, ie = self._locate(end)
+            if blocks[be].times[ie] >= end and (be, ie) != (bs, i_s):
+                # The segment starting at `end` is outside the window: the one before it.
+                if ie > 0:
+                    ie -= 1
+                else:
+                    be -= 1
+                    ie = len(blocks[be].times) - 1
+        for bi in range(be, bs - 1, -1):
             b = blocks[bi]
-            if i == 0 and b.lo + b.add >= need:
-                if b.times[0] >= end and not first:
-                    break
-                first = False
-                bi += 1  # no short segment in this block at all
-                continue
-            times, free = b.times, b.free
-            while i < len(times) and (first or times[i] < end):
-                if free[i] + b.add < need:
-                    found = (bi, i)
-                first = False
-                i += 1
-            if i < len(times):
-                break
-            bi += 1
-            i = 0
-        return None if found is None else self._end_of(*found)
+            lo_i = i_s if bi == bs else 0
+            hi_i = ie if bi == be else len(b.times) - 1
+            if b.lo + b.add >= need:
+                continue  # no short segment anywhere in this block
+            free, add = b.free, b.add
+            for j in range(hi_i, lo_i - 1, -1):
+                if free[j] + add < need:
+                    return self._end_of(bi, j)
+        return None
 
     # ---- writing ---------------------------------------------------------------------
     def _split(self, t: float) -> None:
@@ -244,13 +244,13 @@ def profile_of(snap: object) -> FreeProfile:
     )
 
 
-def queue_entries(snap: object) -> list[tuple[object, bool]]:
+def queue_entries(snap: object, limit: int | None = None) -> list[tuple[object, bool]]:
     """The queue with evolving jobs' requests merged in by time: (view, is_request).
 
     A request made at time t waits behind jobs submitted before t and ahead of those
     submitted after, exactly as if it were a job: first come, first served, so neither
     new jobs nor requests can starve the other. Requests come from registered evolving
-    jobs that can take an order now.
+    jobs that can take an order now. `limit`: only the first so many entries.
     """
     pending = snap.pending  # type: ignore[attr-defined]
     asks = sorted(
@@ -258,7 +258,7 @@ def queue_entries(snap: object) -> list[tuple[object, bool]]:
         key=lambda r: (_asked_at(r), r.job_id),
     )
     if not asks:
-        return [(p, False) for p in pending]
+        return [(p, False) for p in pending[:limit]]
     out: list[tuple[object, bool]] = []
     k = 0
     for p in pending:
@@ -267,7 +267,7 @@ def queue_entries(snap: object) -> list[tuple[object, bool]]:
             k += 1
         out.append((p, False))
     out.extend((a, True) for a in asks[k:])
-    return out
+    return out[:limit]
 
 
 def _asked_at(r: object) -> float:

@@ -59,6 +59,8 @@ SD_PARAMS = (
     Param("max_mates", int, 2, "most mates shrunk to start one job", low=1, high=4),
     Param("mate_candidates", int, 8, "mates considered per job, lowest slowdown first (nm)",
           low=1, high=64),
+    Param("max_job_test", int, 500, "queued jobs examined per pass, as Slurm's bf_max_job_test "
+          "(SD-Policy is a sched/backfill plug-in)", low=1),
     RESIZE_INTERVAL,
 )
 

@@ -38,7 +38,11 @@ Readings where the paper is silent:
 - MAX_SLOWDOWN defaults to the static 10, the value the paper analyses on its largest
   workload (CEA-Curie, Section 4.2); `dynamic_max_slowdown` switches to DynAVGSD.
 - Mates need a time limit (req_time) and a prediction; jobs without one are never mates.
-  A job's wait time is its start minus its submission.
+  A job's wait time is its start minus its submission. "Inside its mates' allocation"
+  is checked against each mate's predicted end before it lends (the allocation it has
+  when it is chosen; the paper extends a mate's requested time only after).
+- Like the Slurm backfill it is built into, a pass examines at most `max_job_test` queued
+  jobs (bf_max_job_test, 500 in Slurm's sched/backfill); the rest wait for a later pass.
 - The candidate list is cut to the `mate_candidates` (nm) mates of lowest current
   slowdown, which the paper allows but does not size; 8 keeps a pass short.
 - A job is a mate at most once per pass, and jobs resized within min_resize_interval
@@ -63,7 +67,7 @@ from elasticd.policies.base import (
     Start,
     start_size,
 )
-from elasticd.policies.conservative import place_request
+from elasticd.policies.conservative import StartBound, entry_duration, place_request
 from elasticd.policies.predict import PendingPrediction, RunningPrediction
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 from elasticd.policies.threestep import resizable
@@ -75,13 +79,14 @@ class _Mate:
     pred: RunningPrediction
     base: float  # its predicted slowdown now: a lower bound of its penalty as a mate
     lend: int  # the most nodes it may lend
+    end: float  # its predicted end if nobody borrows from it
 
 
 @dataclass
 class _Mates:
     ranked: list[_Mate]  # eligible, lowest current slowdown first
     cutoff: float  # MAX_SLOWDOWN for this pass
-    used: set[int] = field(default_factory=set)  # lent (or chosen) in this pass
+    used: set[int] = field(default_factory=set)  # lent in this pass (and out of `ranked`)
 
 
 class SdPolicy:
@@ -94,6 +99,7 @@ class SdPolicy:
         sharing_factor: float = 0.5,
         max_mates: int = 2,
         mate_candidates: int = 8,
+        max_job_test: int = 500,
         min_resize_interval: float = 10.0,
     ) -> None:
         self.max_slowdown = max_slowdown
@@ -101,6 +107,7 @@ class SdPolicy:
         self.sharing_factor = sharing_factor
         self.max_mates = max_mates
         self.mate_candidates = mate_candidates
+        self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
 
     # ---- the pass ---------------------------------------------------------------------
@@ -110,7 +117,24 @@ class SdPolicy:
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
-        for e, is_request in queue_entries(snap):
+        entries = queue_entries(snap, self.max_job_test)
+        bound = StartBound(
+            now,
+            [e.requested if is_req else e.start_nodes for e, is_req in entries],  # type: ignore[attr-defined]
+            [entry_duration(e, is_req, now) for e, is_req in entries],
+        )
+        malleable_left = [0] * (len(entries) + 1)
+        for i in range(len(entries) - 1, -1, -1):
+            e, is_req = entries[i]
+            malleable_left[i] = malleable_left[i + 1] + (not is_req and e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
+        # Giving idle nodes back needs every examined job's reservation on the map.
+        may_give_back = free > 0 and any(
+            r.size < r.preferred and resizable(r, now, self.min_resize_interval) for r in snap.running
+        )
+        for i, (e, is_request) in enumerate(entries):
+            no_mates = malleable_left[i] == 0 or (mates is not None and not mates.ranked)
+            if no_mates and not may_give_back and bound.exhausted(i, free, prof):
+                break  # nothing from here on can start now or get a mate
             if is_request:
                 g = place_request(prof, e, free, now)  # type: ignore[arg-type]
                 if g is not None:
@@ -186,6 +210,7 @@ class SdPolicy:
             prof.reserve(now, now + hold(run), base)
         for m, k in lent:
             mates.used.add(m.job.job_id)
+            mates.ranked.remove(m)
             out.append(Shrink(m.job.job_id, k))
         return True, free
 
@@ -200,7 +225,7 @@ class SdPolicy:
     ) -> tuple[int, list[tuple[_Mate, int]]] | None:
         """The mate set of least total penalty (Eq. 1) under Eqs. 2-3 and the paper's
         constraints, as (new job's size, [(mate, nodes lent)]), or None."""
-        cands = [m for m in mates.ranked if m.job.job_id not in mates.used][: self.mate_candidates]
+        cands = mates.ranked[: self.mate_candidates]
         if not cands:
             return None
         top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
@@ -227,11 +252,11 @@ class SdPolicy:
             end = now + run
             if end >= static_end:
                 return  # no better than waiting
+            if any(m.end < end for m, _ in lent):
+                return  # the new job must finish inside its mates' allocation
             total = 0.0
             for m, k in lent:
                 new_end = m.pred.end_if_lent(k, end)
-                if new_end < end:
-                    return  # the new job must finish inside its mates' allocation
                 assert m.job.time_limit is not None
                 p = (new_end - _submitted(m.job)) / m.job.time_limit  # Eq. 4
                 if p >= cutoff:
@@ -278,7 +303,8 @@ class SdPolicy:
                 continue
             lend = min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
             if lend >= 1:
-                out.append(_Mate(r, p, slowdown, lend))
+                assert p.end is not None
+                out.append(_Mate(r, p, slowdown, lend, p.end))
         out.sort(key=lambda m: (m.base, m.job.job_id))
         return _Mates(out, cutoff)
 
