@@ -51,6 +51,13 @@ FCFS_BASED = {name for name in POLICIES if name not in ("backfill",)}
 
 SPEEDUPS = ["linear", "amdahl:0.1", "rho:0.2", "amdahl:0.5"]
 
+# Parameter sets the machines also run with, beyond the defaults.
+VARIANTS: dict[str, list[dict[str, object]]] = {
+    "fit": [{}, {"expand_limit": 2}, {"expand_limit": 2, "compact": True}, {"expand_limit": "inf", "compact": True}],
+    "sd": [{}, {"max_job_test": 1}, {"dynamic_max_slowdown": True, "max_mates": 3}, {"max_slowdown": "inf"}],
+    "mebf-basic-spare": [{}, {"theta": 0.0, "gamma": 10}],
+}
+
 
 class Recorder:
     """Wraps the policy: checks every pass's decisions against its snapshot."""
@@ -177,11 +184,12 @@ def naive_conservative(snap: Snapshot) -> dict[int, int]:
 class PolicyMachine(RuleBasedStateMachine):
     policy_name = "easy"
 
-    @initialize(nodes=st.integers(2, 8), interval=st.sampled_from([0.0, 5.0]))
-    def setup(self, nodes: int, interval: float) -> None:
-        params = {"min_resize_interval": interval} if any(
-            p.name == "min_resize_interval" for p in POLICIES[self.policy_name].params
-        ) else {}
+    @initialize(nodes=st.integers(2, 8), interval=st.sampled_from([0.0, 5.0]), variant=st.integers(0, 3))
+    def setup(self, nodes: int, interval: float, variant: int) -> None:
+        params: dict[str, object] = {}
+        if any(p.name == "min_resize_interval" for p in POLICIES[self.policy_name].params):
+            params["min_resize_interval"] = interval
+        params.update(VARIANTS.get(self.policy_name, [{}])[variant % len(VARIANTS.get(self.policy_name, [{}]))])
         self.recorder = Recorder(make_policy(self.policy_name, params), self.policy_name)
         self.core = Core([f"n{i}" for i in range(nodes)], self.recorder, order_deadline=20.0)  # type: ignore[arg-type]
         self.n = nodes

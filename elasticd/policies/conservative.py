@@ -17,6 +17,7 @@ start now (`StartBound`): later reservations cannot change this pass's decisions
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from elasticd.policies.base import (
@@ -34,11 +35,15 @@ from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 class StartBound:
     """Tells a queue walk when no remaining entry can start now, so it may stop.
 
-    Entry k can start now only if it needs n_k <= idle nodes and n_k <= the fewest nodes
-    the map leaves free over [now, now + d_k). Both sides are bounded by the fewest
-    nodes any entry from i on needs and the shortest duration from i on, so once
-    min(idle, free over [now, now + shortest)) is below that fewest need, nothing can.
+    Entry k can start now only if it needs n_k <= idle nodes and n_k <= F(d_k), the
+    fewest nodes the map leaves free over [now, now + d_k), which only shrinks as d_k
+    grows and as reservations are added. Entries are grouped by duration (at least L
+    seconds); a group can start nothing once min(idle, F(L)) is below the fewest nodes any
+    of its remaining entries needs. The cheapest form (one group, the shortest duration
+    left) is tried on every entry, the grouped one every 16.
     """
+
+    BOUNDS = (0.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0, 172800.0)
 
     def __init__(self, now: float, needs: list[int], durations: list[float]) -> None:
         self.now = now
@@ -48,12 +53,31 @@ class StartBound:
         for i in range(k - 1, -1, -1):
             self.need[i] = min(self.need[i + 1], needs[i])
             self.dur[i] = min(self.dur[i + 1], durations[i])
+        # Per duration group: positions of its entries and the suffix minimum of their needs.
+        groups: list[tuple[list[int], list[int]]] = [([], []) for _ in self.BOUNDS]
+        for i, d in enumerate(durations):
+            g = bisect.bisect_right(self.BOUNDS, d) - 1
+            groups[g][0].append(i)
+            groups[g][1].append(needs[i])
+        self.groups = []
+        for lower, (pos, need) in zip(self.BOUNDS, groups):
+            for j in range(len(need) - 2, -1, -1):
+                need[j] = min(need[j], need[j + 1])
+            self.groups.append((lower, pos, need))
 
     def exhausted(self, i: int, idle: int, prof: FreeProfile) -> bool:
         need = self.need[i]
         if min(idle, prof.free_at_now()) < need:
             return True
-        return prof.min_free(self.now, self.now + self.dur[i]) < need
+        if prof.min_free(self.now, self.now + self.dur[i]) < need:
+            return True
+        if i % 16:
+            return False
+        for lower, pos, needs in self.groups:
+            j = bisect.bisect_left(pos, i)
+            if j < len(pos) and needs[j] <= min(idle, prof.min_free(self.now, self.now + lower)):
+                return False  # some entry of this group might still start now
+        return True
 
 
 def place_request(prof: FreeProfile, r: RunningView, free: int, now: float) -> Grow | None:

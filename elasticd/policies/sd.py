@@ -41,8 +41,10 @@ Readings where the paper is silent:
   A job's wait time is its start minus its submission. "Inside its mates' allocation"
   is checked against each mate's predicted end before it lends (the allocation it has
   when it is chosen; the paper extends a mate's requested time only after).
-- Like the Slurm backfill it is built into, a pass examines at most `max_job_test` queued
-  jobs (bf_max_job_test, 500 in Slurm's sched/backfill); the rest wait for a later pass.
+- Like the Slurm backfill it is built into, a pass looks for mates (and keeps
+  reservations for giving nodes back) for at most `max_job_test` queued jobs
+  (bf_max_job_test, 500 in Slurm's sched/backfill); later jobs start only if they fit
+  now around the reservations already made, and get none themselves.
 - The candidate list is cut to the `mate_candidates` (nm) mates of lowest current
   slowdown, which the paper allows but does not size; 8 keeps a pass short.
 - A job is a mate at most once per pass, and jobs resized within min_resize_interval
@@ -117,7 +119,7 @@ class SdPolicy:
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
-        entries = queue_entries(snap, self.max_job_test)
+        entries = queue_entries(snap)
         bound = StartBound(
             now,
             [e.requested if is_req else e.start_nodes for e, is_req in entries],  # type: ignore[attr-defined]
@@ -132,9 +134,16 @@ class SdPolicy:
             r.size < r.preferred and resizable(r, now, self.min_resize_interval) for r in snap.running
         )
         for i, (e, is_request) in enumerate(entries):
-            no_mates = malleable_left[i] == 0 or (mates is not None and not mates.ranked)
-            if no_mates and not may_give_back and bound.exhausted(i, free, prof):
+            examined = i < self.max_job_test
+            no_mates = not examined or malleable_left[i] == 0 or (mates is not None and not mates.ranked)
+            if no_mates and not (may_give_back and examined) and bound.exhausted(i, free, prof):
                 break  # nothing from here on can start now or get a mate
+            if not examined:
+                # Past bf_max_job_test: start what fits now around the reservations made,
+                # keep no reservation (as Slurm leaves such jobs unplanned).
+                if not is_request:
+                    free -= self._start_if_fits(e, prof, free, now, out)  # type: ignore[arg-type]
+                continue
             if is_request:
                 g = place_request(prof, e, free, now)  # type: ignore[arg-type]
                 if g is not None:
@@ -153,7 +162,7 @@ class SdPolicy:
                 free -= n
                 prof.reserve(now, now + dur, n)
                 continue
-            if malleable and ts > now:
+            if malleable and ts > now and examined:
                 if mates is None:
                     mates = self._mates(snap)
                 done, free = self._malleable(job, ts, prof, free, mates, out, now)
@@ -163,6 +172,21 @@ class SdPolicy:
                 prof.reserve(ts, ts + dur, need)
         out.extend(self._give_back(snap, prof, free, mates.used if mates else set()))
         return out
+
+    @staticmethod
+    def _start_if_fits(job: PendingView, prof: FreeProfile, free: int, now: float, out: list[Decision]) -> int:
+        need = job.preferred if job.kind is JobKind.MALLEABLE else job.start_nodes
+        if free < need:
+            return 0
+        dur = math.inf if job.time_limit is None else float(job.time_limit)
+        usable = min(free, prof.min_free(now, now + dur))
+        if usable < need:
+            return 0
+        n = need if job.kind is JobKind.MALLEABLE else start_size(job, usable)
+        assert n is not None
+        out.append(Start(job.job_id, n))
+        prof.reserve(now, now + dur, n)
+        return n
 
     # ---- Listing 1: the malleable placement of one job ----------------------------------------
     def _malleable(
