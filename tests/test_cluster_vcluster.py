@@ -12,6 +12,7 @@ Where a process runs is checked from the outside: its network namespace
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -93,6 +94,12 @@ def vcluster() -> Iterator[VCluster]:
     finally:
         for i in range(1, 4):  # a failed test may have left a link down
             subprocess.run(["ip", "link", "set", f"veth-n{i}", "up"], capture_output=True, timeout=10, check=False)
+        # A failed test may have left job processes on the nodes (a daemon killed before
+        # it could end them): end their groups, found by namespace and job environment.
+        for pid, node, cmd in job_processes():
+            print(f"ending leftover job process {pid} on {node}: {cmd}", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
         if not was_up:
             subprocess.run([str(VCLUSTER), "down"], capture_output=True, text=True, timeout=120, check=False)
 
@@ -344,7 +351,7 @@ def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_
     d = None
     try:
         d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
-                           extra=["--node-timeout", "3", "--node-retry", "1", "--connect-timeout", "2"])
+                           extra=["--node-timeout", "4", "--node-retry", "1", "--connect-timeout", "2"])
         rigid = submit(d, rigid_job(work, 1))
         assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
         assert d.job(rigid)["hosts"] == ["node1"]
