@@ -161,3 +161,32 @@ def test_the_snapshot_carries_model_evolution_submit_time_and_size_history() -> 
     core.answer_grow(e.job_id, order.order_id, e.hosts, 8.0)
     (run,) = core.snapshot(9.0).running
     assert (run.submit_time, run.model, run.history) == (5.0, model, ((6.0, 2), (8.0, 3)))
+
+
+# ---- requests under every policy: oldest first, whole, never holding nodes ------------------
+
+
+@pytest.mark.parametrize("policy", ["easy", "conservative", "malleable", "sd", "fit"])
+def test_two_waiting_requests_are_served_oldest_first_as_nodes_come_back(policy: str) -> None:
+    """E1 and E2 (2 nodes each) both ask for 2 more on a full machine. Neither holds a node
+    while it waits; when R ends, E1 (who asked first) gets its 2; E2, asking for 2, is not
+    overtaken by anyone and gets them when E1 gives 2 back."""
+    core = Core([f"n{i}" for i in range(1, 7)], make_policy(policy))
+    spec = JobSpec(name="e", command=["x"], nodes={"min": 2, "max": 4}, kind=EV)
+    e1, e2 = core.submit(spec, 0.0), core.submit(spec, 0.0)
+    r = core.submit(JobSpec(name="r", command=["x"], nodes=2), 0.0)
+    assert [a.job_id for a in core.schedule(0.0)] == [e1.job_id, e2.job_id, r.job_id]
+    for e in (e1, e2):
+        core.set_registered(e.job_id, True, 0.5)
+    core.request_nodes(e1.job_id, 2, 1.0)
+    core.request_nodes(e2.job_id, 2, 2.0)
+    assert core.schedule(2.0) == []
+    core.exited(r.job_id, 10.0, 0, 0)
+    (order,) = [a for a in core.schedule(10.0) if isinstance(a, SendOrder)]
+    assert (order.job_id, order.kind, order.count) == (e1.job_id, "grow", 2)
+    core.answer_grow(e1.job_id, order.order_id, e1.hosts, 10.0)
+    assert core.schedule(11.0) == []
+    core.release_hosts(e1.job_id, e1.hosts[-2:], 20.0)
+    core.hosts_gone(e1.job_id, e1.hosts[-2:], 20.0)
+    (order,) = [a for a in core.schedule(20.0) if isinstance(a, SendOrder)]
+    assert (order.job_id, order.kind, order.count) == (e2.job_id, "grow", 2)
