@@ -27,8 +27,8 @@ Readings where the paper is silent:
 - A running profiled job is at the step its elapsed time falls in; with a request open it
   is at the boundary to the first later step of that size. Past the end of its profile it
   holds its nodes until its time limit, as an unprofiled job.
-- A moldable job (single step) takes, when it starts, as many nodes as stay free for its
-  limit, like conservative backfilling.
+- Moldable and malleable jobs (fit resizes no job itself) take, when they start, as many
+  nodes as stay free for their limit, as under conservative backfilling.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class EvolvingFit:
                 start, durations = compact(prof, steps, self.expand_limit, start, durations)
             if start == now and free >= steps[0][1]:
                 n = steps[0][1]
-                if len(steps) == 1 and job.kind is JobKind.MOLDABLE:
+                if len(steps) == 1 and job.kind in (JobKind.MOLDABLE, JobKind.MALLEABLE):
                     n = start_size(job, min(free, prof.min_free(now, now + steps[0][0]))) or n
                     steps = [(steps[0][0], n)]
                 out.append(Start(job.job_id, n))
@@ -213,7 +213,6 @@ class EvolvingFit:
             for (_, n), d in zip(steps, durations):
                 prof.reserve(t, t + d, n)
                 t += d
-
         return out
 
     @staticmethod
