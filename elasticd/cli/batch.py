@@ -88,7 +88,10 @@ def execute_batch(
 
 
 def run_batch(args: argparse.Namespace) -> int:
+    from elasticd.cli.common import policy_settings
+
     nodes = len(node_names_for(args))
+    policy_settings(args.policy, args.policy_config, args.policy_param, args.min_resize_interval)
     specs = load_batch(args.targets, nodes)
     doc, done = execute_batch(specs, nodes, args.policy, args.kill_wait, tuning_args(args),
                               offsets=not args.no_offsets, timeout=args.timeout)

@@ -39,3 +39,30 @@ def run_tool(prog: str, body: Callable[[], int]) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def add_policy_params(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a policy parameter (repeatable); `elasticd policies` lists them")
+    parser.add_argument("--policy-config", type=Path, default=None, metavar="FILE",
+                        help="TOML file with [policy.NAME] (or [policy.FAMILY]) tables of parameters")
+
+
+def policy_settings(name: str, config: Path | None, assignments: list[str],
+                    min_resize_interval: float | None = None) -> dict[str, object]:
+    """Every parameter's effective value, or an ElasticError naming each bad one."""
+    from elasticd.policies import PolicyParamError
+    from elasticd.policies.config import policy_params
+
+    try:
+        return dict(policy_params(name, config, assignments, min_resize_interval))
+    except PolicyParamError as exc:
+        raise PolicyArgumentError(exc.problems) from None
+
+
+class PolicyArgumentError(ElasticError):
+    code = "bad_policy_params"
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid policy parameters")
+        self.problems = problems

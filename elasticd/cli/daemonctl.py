@@ -31,8 +31,13 @@ def node_names_for(args: argparse.Namespace) -> list[str]:
 
 
 def tuning_args(args: argparse.Namespace) -> list[str]:
-    return ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval),
-            "--schedule-interval", str(args.schedule_interval)]
+    out = ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval),
+           "--schedule-interval", str(args.schedule_interval)]
+    for item in getattr(args, "policy_param", []) or []:
+        out += ["--policy-param", item]
+    if getattr(args, "policy_config", None):
+        out += ["--policy-config", str(Path(args.policy_config).resolve())]
+    return out
 
 
 def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: float, listen: str = "127.0.0.1",

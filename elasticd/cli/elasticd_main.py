@@ -14,7 +14,7 @@ from elasticd.cli import experiment_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
 from elasticd.cli.daemonctl import cluster_for, start_detached, tuning_args
-from elasticd.cli.common import add_state_dir, fail, run_tool
+from elasticd.cli.common import add_policy_params, add_state_dir, fail, policy_settings, run_tool
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonNotRunning
 from elasticd.policies import POLICIES
@@ -34,6 +34,7 @@ def _common_start_args(p: argparse.ArgumentParser) -> None:
                    help="malleable policy: least seconds between two resizes of one job (default 10)")
     p.add_argument("--schedule-interval", type=float, default=5.0, metavar="S",
                    help="also run the policy this often while jobs exist (default 5)")
+    add_policy_params(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     ss = sub.add_parser("status", help="is a daemon running; its nodes and policy")
     ss.add_argument("--json", action="store_true")
     add_state_dir(ss)
+
+    pl = sub.add_parser("policies", help="list the scheduling policies and their parameters")
+    pl.set_defaults(func=cmd_policies)
 
     rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
     rz.add_argument("job_id", type=int)
@@ -81,8 +85,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---- start ---------------------------------------------------------------------------
+def cmd_policies(args: argparse.Namespace) -> int:
+    from elasticd.policies import render_policies
+
+    print(render_policies())
+    return 0
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     state_dir = prepare(args.state_dir or default_state_dir())
+    policy_settings(args.policy, args.policy_config, args.policy_param, args.min_resize_interval)
     cluster = cluster_for(args)
     settings = cluster_settings(args, cluster)
     try:
@@ -125,7 +137,9 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        listen_host=args.listen, app_host=settings.app_host, kill_wait=args.kill_wait,
                        order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
                        schedule_interval=args.schedule_interval, mode=settings.mode,
-                       launcher=settings.launcher, launcher_options=settings.launcher_options())
+                       launcher=settings.launcher, launcher_options=settings.launcher_options(),
+                       policy_params=list(args.policy_param),
+                       policy_config=str(args.policy_config) if args.policy_config else None)
 
     async def serve() -> None:
         await Daemon(cfg).serve()
@@ -167,6 +181,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     up = time.time() - info.started_at
     print(f"elasticd {info.version} running (pid {info.pid}, up {up:.0f} s), mode {info.mode}, policy {info.policy}")
     print(f"  control {info.control_address}, applications {info.app_address}, state {state_dir}")
+    if info.policy_params:
+        print("  policy parameters: " + ", ".join(f"{k}={v}" for k, v in info.policy_params.items()))
     counts: dict[str, int] = {}
     for n in info.nodes:
         counts[n.state] = counts.get(n.state, 0) + 1

@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+from elasticd.cli.common import PolicyArgumentError, add_policy_params, policy_settings
 from elasticd.errors import ElasticError
 from elasticd.policies import POLICIES
 
@@ -41,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", type=Path, default=None, metavar="DIR", help="write CSV, JSON and PNG plots here")
     s.add_argument("--no-plots", action="store_true", help="no PNG plots (faster)")
     s.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
+    add_policy_params(s)
     s.set_defaults(func=run_sim)
 
 
@@ -80,9 +82,10 @@ def run_sim(args: argparse.Namespace) -> int:
     fractions = _fractions(args.malleable)
     if args.seeds < 1:
         raise ElasticError("--seeds must be at least 1")
+    params = per_policy_params(policies, args.policy_config, args.policy_param)
     specs = [RunSpec(p, f, s) for p in policies for f in fractions for s in range(1, args.seeds + 1)]
     t = time.perf_counter()
-    rows = run_grid(source, specs, rule, args.warmup, args.workers, text_progress())
+    rows = run_grid(source, specs, rule, args.warmup, args.workers, text_progress(), params)
     wall = time.perf_counter() - t
     summary = list(aggregate(rows))
     print_summary(summary)
@@ -90,9 +93,26 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.out:
         write_outputs(args.out, trace, rows, summary, vars_for_json(args))
         if not args.no_plots:
-            plots(args, source, rule, summary, policies, fractions)
+            plots(args, source, rule, summary, policies, fractions, params)
         print(f"results in {args.out}")
     return 0
+
+
+def per_policy_params(policies: list[str], config: Path | None, assignments: list[str]) -> dict[str, dict]:
+    """Each policy's parameters: `--policy-param KEY=VALUE` applies to every simulated policy
+    that has KEY (a key none has is an error), config-file tables to the policy they name."""
+    from elasticd.policies.params import normalise_key
+    from elasticd.policies.registry import entry
+
+    declared = {p: {q.name for q in entry(p).params} for p in policies}
+    unused = [a for a in assignments if not any(normalise_key(a.partition("=")[0]) in d for d in declared.values())]
+    if unused:
+        raise PolicyArgumentError([f"--policy-param {a!r}: no simulated policy has that parameter" for a in unused])
+    out = {}
+    for p in policies:
+        mine = [a for a in assignments if normalise_key(a.partition("=")[0]) in declared[p]]
+        out[p] = policy_settings(p, config, mine)
+    return out
 
 
 def vars_for_json(args: argparse.Namespace) -> dict:
@@ -154,7 +174,8 @@ def gantt_window(sim, warmup: float, starts: int = 40) -> tuple[float, float]:
     return t0, max(t1, t0 + 1.0)
 
 
-def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies: list[str], fractions: list[float]) -> None:
+def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies: list[str], fractions: list[float],
+          params: dict[str, dict]) -> None:
     from elasticd.policies import make_policy
     from elasticd.sim.plots import busy_series, plot_gantt, plot_grid, plot_utilization, size_changes
     from elasticd.sim.simulator import Simulation
@@ -167,7 +188,7 @@ def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies:
     series = {}
     sims = {}
     for p in policies:
-        sim = Simulation(build_workload(trace, frac, 1, rule), trace.nodes, make_policy(p))
+        sim = Simulation(build_workload(trace, frac, 1, rule), trace.nodes, make_policy(p, params[p]))
         outs = sim.run()
         sims[p] = sim
         series[f"{p} ({100 * frac:.0f}% malleable)"] = busy_series(size_changes([o.sizes for o in outs]))

@@ -191,6 +191,7 @@ class ControlServer(LineServer):
             pid=os.getpid(),
             mode=d.config.mode,
             policy=d.core.policy.name,
+            policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in d.policy_settings.items()},
             started_at=d.started_at,
             control_address=d.control_address,
             app_address=d.app_address,

@@ -26,7 +26,7 @@ from elasticd.core.engine import Core
 from elasticd.errors import LaunchError, OrderRejected
 from elasticd.launch.base import LaunchRequest
 from elasticd.launch.choose import make_launcher
-from elasticd.policies import make_policy
+from elasticd.policies.config import build_policy, policy_params
 from elasticd.statedir import DaemonRecord, new_secret, remove_record, write_record
 
 log = logging.getLogger("elasticd")
@@ -48,6 +48,8 @@ class DaemonConfig:
     # Policies are also run this often while jobs exist, so that time-based conditions
     # (a resize interval passing) are acted on without waiting for the next event.
     schedule_interval: float = 5.0
+    policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
+    policy_config: str | None = None
     # Limits that keep a misbehaving client from exhausting the daemon.
     max_connections: int = 256
     hello_timeout: float = 10.0
@@ -73,9 +75,15 @@ class Daemon:
         self.config = config
         self.core = Core(
             config.node_names,
-            make_policy(config.policy, min_resize_interval=config.min_resize_interval),
+            build_policy(config.policy, config.policy_config, config.policy_params,
+                         min_resize_interval=config.min_resize_interval),
             order_deadline=config.order_deadline,
         )
+        # Effective parameter values, shown by `elasticd status`.
+        self.policy_settings = {
+            k: v for k, v in policy_params(config.policy, config.policy_config, config.policy_params,
+                                           config.min_resize_interval).items()
+        }
         self.launcher = make_launcher(
             config.launcher,
             on_exit=self._on_exit,

@@ -69,17 +69,17 @@ def _init(source: TraceSource) -> None:
     _trace = source.load()
 
 
-def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float) -> RunRow:
+def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict | None = None) -> RunRow:
     t = time.perf_counter()
     jobs = build_workload(trace, spec.fraction, spec.seed, rule)
-    outcomes = simulate(jobs, trace.nodes, make_policy(spec.policy))
+    outcomes = simulate(jobs, trace.nodes, make_policy(spec.policy, params))
     s = windowed_summary([o.record() for o in outcomes], trace.nodes, warmup)
     return RunRow(spec.policy, spec.fraction, spec.seed, time.perf_counter() - t, s)
 
 
-def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float) -> RunRow:
+def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict | None) -> RunRow:
     assert _trace is not None
-    return run_one(_trace, spec, rule, warmup)
+    return run_one(_trace, spec, rule, warmup, params)
 
 
 def run_grid(
@@ -89,19 +89,22 @@ def run_grid(
     warmup: float,
     workers: int | None = None,
     progress: Callable[[int, int, RunRow], None] | None = None,
+    params: dict[str, dict] | None = None,
 ) -> list[RunRow]:
-    """Every run, in parallel; rows come back in the order of `specs`."""
+    """Every run, in parallel; rows come back in the order of `specs`. `params`: each
+    policy's parameters by policy name."""
+    params = params or {}
     workers = max(1, min(workers or os.cpu_count() or 1, len(specs)))
     rows: dict[RunSpec, RunRow] = {}
     if workers == 1:
         _init(source)
         for i, spec in enumerate(specs, 1):
-            rows[spec] = _worker(spec, rule, warmup)
+            rows[spec] = _worker(spec, rule, warmup, params.get(spec.policy))
             if progress:
                 progress(i, len(specs), rows[spec])
     else:
         with ProcessPoolExecutor(workers, initializer=_init, initargs=(source,)) as pool:
-            futures = {pool.submit(_worker, spec, rule, warmup): spec for spec in specs}
+            futures = {pool.submit(_worker, spec, rule, warmup, params.get(spec.policy)): spec for spec in specs}
             for i, fut in enumerate(as_completed(futures), 1):
                 rows[futures[fut]] = fut.result()
                 if progress:

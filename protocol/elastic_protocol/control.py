@@ -156,6 +156,7 @@ class StatusInfo(BaseModel):
     pid: int
     mode: str
     policy: str
+    policy_params: dict[str, Any] = Field(default_factory=dict)
     started_at: float
     control_address: str
     app_address: str
