@@ -76,11 +76,13 @@ def cmd_experiment(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = run_experiment(args.out, policies, fractions, list(range(1, args.batches + 1)), s, args.parallel, progress)
+    run_experiment(args.out, policies, fractions, list(range(1, args.batches + 1)), s, args.parallel, progress)
+    import json
 
-    print_experiment([asdict(r) for r in rows])
+    rows = json.loads((args.out / "results.json").read_text())["rows"]
+    print_experiment(rows)
     print(f"results in {args.out}; plots with: elasticd report {args.out}")
-    return 0 if all(r.completed == r.jobs for r in rows) else 2
+    return 0 if all(r["completed"] == r["jobs"] for r in rows) else 2
 
 
 def cmd_report(args: argparse.Namespace) -> int:

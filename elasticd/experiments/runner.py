@@ -134,6 +134,12 @@ def run_experiment(
             if progress:
                 progress(i, len(cells), row)
     ordered = [rows[c] for c in cells]
-    doc = {"version": 1, "kind": "experiment", "settings": asdict(s), "rows": [asdict(r) for r in ordered]}
-    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    # A folder accumulates cells: earlier runs of other cells (another policy, say) stay.
+    results = out / "results.json"
+    kept: list[dict] = []
+    if results.exists():
+        done = {(r.policy, r.fraction, r.batch) for r in ordered}
+        kept = [r for r in json.loads(results.read_text())["rows"] if (r["policy"], r["fraction"], r["batch"]) not in done]
+    doc = {"version": 1, "kind": "experiment", "settings": asdict(s), "rows": kept + [asdict(r) for r in ordered]}
+    results.write_text(json.dumps(doc, indent=1))
     return ordered

@@ -82,6 +82,7 @@ class Simulation:
         self._progress: dict[int, WorkProgress] = {}
         self._version: dict[int, int] = {}
         self.passes = 0
+        self.resizes = 0
 
     def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
         self._seq += 1
@@ -104,13 +105,12 @@ class Simulation:
                     if self._version.get(a) == b:
                         core.exited(a, now, 0, 0)
                         self._progress.pop(a, None)
-            resized = False
+            before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
                 self.passes += 1
                 if not self._apply(core.schedule(now), now):
                     break
-                resized = True
-            if resized and interval:
+            if self.resizes != before and interval:
                 self._push(now + interval, _WAKE, 0)
         return self._outcomes()
 
@@ -143,7 +143,9 @@ class Simulation:
                     delay = j.grow_latency + j.grow_latency_per_node * a.count
                     self._progress[a.job_id].resize(len(job.hosts), now + delay)
                 self._reschedule_end(a.job_id, now)
-                resized = True
+                # Only nodes freed by a shrink can start something in another pass now.
+                resized = resized or a.kind == "shrink"
+                self.resizes += 1
             elif isinstance(a, Reclaim):
                 core.hosts_gone(a.job_id, list(a.hosts), now)
                 resized = True
