@@ -165,3 +165,39 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def verdict(ok: bool) -> str:
     return "OK" if ok else "BELOW TARGET"
+
+
+def events(client: ControlClient, job_id: int) -> list[dict]:
+    """The job's event log, as the daemon stamped it."""
+    return client.request(Queue(job_ids=[job_id]))["jobs"][0]["events"]
+
+
+def wait_event(client: ControlClient, job_id: int, name: str, count: int = 1, timeout: float = 60.0,
+               poll: float = 0.005) -> list[dict]:
+    """Poll until `name` has happened `count` times; the events then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ev = events(client, job_id)
+        if sum(e["event"] == name for e in ev) >= count:
+            return ev
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job_id}: no {name} x{count}: {[e['event'] for e in ev]}")
+        time.sleep(poll)
+
+
+def gaps(ev: list[dict], start: str, end: str) -> list[float]:
+    """Pair each `start` event with the next `end` event: the latencies between them."""
+    out, t0 = [], None
+    for e in ev:
+        if e["event"] == start:
+            t0 = e["time"]
+        elif e["event"] == end and t0 is not None:
+            out.append(e["time"] - t0)
+            t0 = None
+    return out
+
+
+def synthetic_spec(name: str, nodes: int | dict, work_dir: Path, work: float = 3600) -> JobSpec:
+    """A long malleable synthetic job: resizes can be timed on it for as long as needed."""
+    return JobSpec(name=name, command=[sys.executable, "-m", "elastic_apps.synthetic", "--work", str(work)],
+                   nodes=nodes, kind="malleable", working_dir=str(work_dir), output="out/%x-%j.out")

@@ -29,10 +29,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from elastic_protocol.control import Cancel, Queue, Resize, Submit
+from elastic_protocol.control import Cancel, Resize, Submit
 from elastic_protocol.jobspec import JobSpec
 
-from _harness import BenchDaemon, bench_daemon, stop_daemon, verdict
+from _harness import BenchDaemon, bench_daemon, events, gaps, stop_daemon, verdict, wait_event
+from _harness import synthetic_spec as synthetic
 from elasticd.cli.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
@@ -84,35 +85,12 @@ def cluster_daemon(ssh_config: Path) -> Iterator[BenchDaemon]:
 
 
 # ---- measurements -----------------------------------------------------------------------------
-def events(c: ControlClient, job_id: int) -> list[dict]:
-    return c.request(Queue(job_ids=[job_id]))["jobs"][0]["events"]
 
 
-def wait_event(c: ControlClient, job_id: int, name: str, count: int = 1, timeout: float = 60) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = events(c, job_id)
-        if sum(e["event"] == name for e in ev) >= count:
-            return ev
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id}: no {name} x{count}: {[e['event'] for e in ev]}")
-        time.sleep(0.005)
 
 
-def gaps(ev: list[dict], start: str, end: str) -> list[float]:
-    out, t0 = [], None
-    for e in ev:
-        if e["event"] == start:
-            t0 = e["time"]
-        elif e["event"] == end and t0 is not None:
-            out.append(e["time"] - t0)
-            t0 = None
-    return out
 
 
-def synthetic(name: str, nodes: int | dict, work_dir: Path) -> JobSpec:
-    return JobSpec(name=name, command=[sys.executable, "-m", "elastic_apps.synthetic", "--work", "3600"],
-                   nodes=nodes, kind="malleable", working_dir=str(work_dir), output="out/%x-%j.out")
 
 
 def launch_latency(c: ControlClient, work: Path, hosts: int, runs: int) -> list[float]:

@@ -21,14 +21,12 @@ import argparse
 import statistics
 import sys
 import textwrap
-import time
-from pathlib import Path
 
-from elastic_protocol.control import Cancel, Queue, Resize, Submit
+from elastic_protocol.control import Cancel, Resize, Submit
 from elastic_protocol.jobspec import JobSpec
 
-from _harness import bench_daemon, verdict
-from elasticd.client import ControlClient
+from _harness import bench_daemon, events, gaps, verdict, wait_event
+from _harness import synthetic_spec as synthetic
 
 REFUSER = textwrap.dedent('''
     import time
@@ -46,42 +44,12 @@ REFUSER = textwrap.dedent('''
 ''')
 
 
-def synthetic(name: str, nodes: int | dict, work_dir: Path, work: float = 3600) -> JobSpec:
-    return JobSpec(
-        name=name,
-        command=[sys.executable, "-m", "elastic_apps.synthetic", "--work", str(work)],
-        nodes=nodes,
-        kind="malleable",
-        working_dir=str(work_dir),
-        output="out/%x-%j.out",
-    )
 
 
-def events(c: ControlClient, job_id: int) -> list[dict]:
-    return c.request(Queue(job_ids=[job_id]))["jobs"][0]["events"]
 
 
-def wait_event(c: ControlClient, job_id: int, name: str, count: int, timeout: float = 30) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        ev = events(c, job_id)
-        if sum(e["event"] == name for e in ev) >= count:
-            return ev
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"job {job_id}: no {name} x{count}: {[e['event'] for e in ev]}")
-        time.sleep(0.01)
 
 
-def gaps(ev: list[dict], start: str, end: str) -> list[float]:
-    """Pair each `start` event with the next `end` event."""
-    out, t0 = [], None
-    for e in ev:
-        if e["event"] == start:
-            t0 = e["time"]
-        elif e["event"] == end and t0 is not None:
-            out.append(e["time"] - t0)
-            t0 = None
-    return out
 
 
 def pct(xs: list[float], p: float) -> float:
