@@ -32,7 +32,7 @@ def uts_spec(name: str, work_dir: Path, nodes: int | dict[str, int], uts_args: l
     )
 
 
-def wait_for_quiet_cpu(busy_below: float = 15.0, timeout: float = 120.0) -> float:
+def wait_for_quiet_cpu(busy_below: float = 15.0, timeout: float = 30.0) -> float:
     """The machine is shared: wait (up to `timeout`) until other load is small, so that a
     run can have the cores it counts on. Returns the last busy percentage seen."""
     deadline = time.monotonic() + timeout
@@ -64,6 +64,13 @@ class OtherLoad:
 def own_cpu(out: dict[str, Any]) -> float:
     """CPU seconds of all the job's places (departed ones included)."""
     return float(sum(s["cpu_s"] for s in out["place_stats"].values()))
+
+
+def undisturbed_time(out: dict[str, Any]) -> float:
+    """The run time the job would have had with a core per place and nobody else on the
+    machine: its slowest place's CPU plus idle seconds. Valid when places <= cores (no
+    place then waits for a CPU except because of other load)."""
+    return max(s["cpu_s"] + s["idle_s"] for s in out["place_stats"].values())
 
 
 def submit(c: ControlClient, spec: JobSpec) -> int:

@@ -11,7 +11,9 @@ shared: each run waits for it to be quiet, measures how many cores other process
 meanwhile and is done again (up to `--attempts` times) past `--max-other-load`; the
 places' CPU and idle seconds tell the runtime's own overhead apart from other load.
 
-Efficiency = T(1 place) / (2 x T(2 places)); target >= 0.85 on this 2-core machine.
+Efficiency = T(1 place) / (2 x T(2 places)); target >= 0.85 on this 2-core machine. The
+same ratio without other load (each run's slowest place's CPU + idle seconds) is printed
+next to it: on a busy shared machine it is the figure that describes the runtime.
 
     .venv/bin/python benchmarks/glb_uts.py [--depth 11] [--repeat 3]
 """
@@ -31,6 +33,7 @@ from glb_common import (
     final_output,
     own_cpu,
     submit,
+    undisturbed_time,
     uts_spec,
     wait_end,
     wait_for_quiet_cpu,
@@ -44,7 +47,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration (default 3)")
     ap.add_argument("--max-other-load", type=float, default=0.1, metavar="CORES",
                     help="a run during which other processes used more cores is done again (default 0.1)")
-    ap.add_argument("--attempts", type=int, default=3, help="runs at most per measurement (default 3)")
+    ap.add_argument("--attempts", type=int, default=2, help="runs at most per measurement (default 2)")
     args = ap.parse_args()
 
     tree = Tree("fixed", 4.0, args.depth, 19)
@@ -54,7 +57,7 @@ def main() -> int:
           f"{seq.nodes / seq_s / 1e6:.3f} M nodes/s")
 
     configs = [("1 place", 1, 1), ("2 places (2 hosts)", 2, 1), ("2 places (1 host x 2)", 1, 2)]
-    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in configs}
+    runs: dict[str, list[tuple[float, float, float, float]]] = {label: [] for label, _, _ in configs}
     uts_args = ["--tree", "T1", "--depth", str(args.depth)]
     with bench_daemon(nodes=2) as d, d.client() as c:
         for r in range(args.repeat):
@@ -78,7 +81,7 @@ def main() -> int:
                           f"{others:.2f} cores{' -- disturbed' if disturbed else ''}", flush=True)
                     if not disturbed or attempt == args.attempts:
                         break
-                runs[label].append((out["elapsed_s"], wall_time(info), own_cpu(out)))
+                runs[label].append((out["elapsed_s"], wall_time(info), undisturbed_time(out), others))
 
     def med(label: str, i: int) -> float:
         return statistics.median(x[i] for x in runs[label])
@@ -91,19 +94,21 @@ def main() -> int:
         print(f"  {label:<22} compute {med(label, 0):7.3f} s  wall {med(label, 1):7.3f} s  "
               f"{seq.nodes / med(label, 0) / places / 1e6:6.3f} M nodes/s per place")
     t1 = med("1 place", 0)
+    others = [x[3] for v in runs.values() for x in v]
+    print(f"other processes used {min(others):.2f}-{max(others):.2f} cores during the reported runs")
     ok = True
     for label in ("2 places (2 hosts)", "2 places (1 host x 2)"):
         eff = t1 / (2 * med(label, 0))
         eff_wall = med("1 place", 1) / (2 * med(label, 1))
-        # CPU seconds of 1 place over those of 2: below 1 only by the runtime's own extra
-        # work (steals, messages), whatever else the machine runs.
-        eff_cpu = med("1 place", 2) / med(label, 2)
+        # With other load removed: each run's slowest place's CPU + idle seconds.
+        eff_alone = med("1 place", 2) / (2 * med(label, 2))
         ok &= eff >= 0.85
         print(f"parallel efficiency 1 -> {label}: {eff:.3f}  [target >= 0.85]  {verdict(eff >= 0.85)}"
-              f"  (job wall time: {eff_wall:.3f}; CPU time: {eff_cpu:.3f})")
+              f"  (job wall time: {eff_wall:.3f}; without other load (CPU + idle): {eff_alone:.3f})")
     print(f"UTS nodes/s per place, 1 place: {seq.nodes / t1 / 1e6:.3f} M; 2 places: "
           f"{seq.nodes / med('2 places (2 hosts)', 0) / 2e6:.3f} M  "
-          f"(1 place vs. sequential without runtime: {100 * (t1 / seq_s - 1):+.1f} %)")
+          f"(without other load: {seq.nodes / med('1 place', 2) / 1e6:.3f} M and "
+          f"{seq.nodes / med('2 places (2 hosts)', 2) / 2e6:.3f} M)")
     return 0 if ok else 1
 
 
