@@ -15,6 +15,8 @@ The least total penalty is one mate, A (ties go to the lower job id).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from elastic_protocol.jobspec import JobKind
 
 from elasticd.policies import make_policy
@@ -31,11 +33,11 @@ M = JobKind.MALLEABLE
 
 
 def mate(job_id: int, size: int, limit: float = 1000.0, pref: int | None = None, kind: JobKind = M,
-         start: float = 0.0) -> RunningView:
+         start: float = 0.0, submit: float = 0.0) -> RunningView:
     return RunningView(
         job_id=job_id, kind=kind, size=size, min_nodes=1 if kind is M else size, max_nodes=8 if kind is M else size,
         preferred=pref or size, start_time=start, time_limit=limit, malleable_ready=kind is M, last_resize=None,
-        ending=False, submit_time=0.0,
+        ending=False, submit_time=submit,
     )
 
 
@@ -64,10 +66,10 @@ def test_a_mate_whose_penalty_reaches_max_slowdown_is_refused() -> None:
 
 
 def test_dynamic_max_slowdown_is_the_running_jobs_average_predicted_slowdown() -> None:
-    # C (rigid, 2 nodes, submitted at 0, started at 50, limit 100) has slowdown 150/100 =
-    # 1.5; with A and B at 1.0 the average is 1.1667: A alone (1.2) is refused, the pair
-    # (1.1 each) is not. A static MAX_SLOWDOWN of 10 takes A alone.
-    running = (*MATES, mate(4, 2, limit=100.0, kind=JobKind.RIGID, start=50.0))
+    # C (rigid, 2 nodes, submitted at -500, started at 0, limit 1000) has slowdown
+    # 1500/1000 = 1.5; with A and B at 1.0 the average is 1.1667: A alone (1.2) is refused,
+    # the pair (1.1 each) is not. A static MAX_SLOWDOWN of 10 takes A alone.
+    running = (*MATES, mate(4, 2, kind=JobKind.RIGID, submit=-500.0))
     assert decide(running, total=10, dynamic_max_slowdown=True) == [Shrink(1, 2), Shrink(2, 2)]
     assert decide(running, total=10) == [Shrink(1, 2)]
 
@@ -89,6 +91,15 @@ def test_at_most_max_mates_are_shrunk_and_each_lends_at_most_sharing_factor() ->
     assert decide(running, pending=(k,), sharing_factor=0.4) == []  # floor(0.4 * 2) = 0
 
 
+def test_no_mate_lends_for_a_reduced_start_the_job_would_give_up_once_the_nodes_are_back() -> None:
+    # C (rigid, 2 nodes) ends at 150. With A's 2 nodes J could start now on 2 and end at
+    # 500 -- but once they are back, J would rather wait for C and start on 4 at 150
+    # (ending at 350), leaving A's nodes idle meanwhile. So A alone is not asked; both
+    # mates together start J on its preferred 4 at once.
+    running = (*MATES, mate(4, 2, limit=50.0, kind=JobKind.RIGID, start=100.0))
+    assert decide(running, total=10) == [Shrink(1, 2), Shrink(2, 2)]
+
+
 def test_a_malleable_job_starts_reduced_on_idle_nodes_when_that_ends_earlier_than_waiting() -> None:
     # 2 idle nodes, J wants 4: on 2 it ends at 500 instead of 1200, no mate needed.
     running = (mate(1, 4), mate(2, 2, kind=JobKind.RIGID))
@@ -100,11 +111,13 @@ def test_rigid_jobs_never_get_mates() -> None:
     assert decide(MATES, pending=(rigid,)) == []
 
 
-def test_idle_nodes_go_back_to_jobs_below_their_preferred_size_only_where_no_reservation_needs_them() -> None:
-    # A lent nodes (2 of its preferred 4); R (rigid, 4) ends at 300; 2 idle.
-    lender = mate(1, 2, pref=4)
+def test_idle_nodes_go_back_to_the_jobs_that_lent_them_only_where_no_reservation_needs_them() -> None:
+    # A ran on 4 and lent 2 at t=50; R (rigid, 4) ends at 300; 2 idle.
+    lender = replace(mate(1, 2, pref=4), history=((0.0, 4), (50.0, 2)))
     r = mate(2, 4, limit=300.0, kind=JobKind.RIGID)
     assert decide((lender, r), pending=()) == [Grow(1, 2)]
     # H needs 5 at 300 for 100 s: only 1 node stays free meanwhile, so A gets 1.
     h = PendingView(4, 90.0, JobKind.RIGID, 5, 5, 5, 100.0)
     assert decide((lender, r), pending=(h,)) == [Grow(1, 1)]
+    # A job that never lent (started on 2 of its preferred 4) is not grown.
+    assert decide((mate(1, 2, pref=4), r), pending=()) == []

@@ -55,7 +55,7 @@ from elasticd.policies.base import (
 )
 from elasticd.policies.easy import easy_pass
 from elasticd.policies.min_avg_pref import start_at_pref_or_fewer
-from elasticd.policies.predict import RunningPrediction, efficiency
+from elasticd.policies.predict import Predictions, RunningPrediction, efficiency
 from elasticd.policies.threestep import resizable
 
 VARIANTS = ("basic", "expandplus", "shrinkplus")
@@ -83,9 +83,11 @@ class Mebf:
         self.share_factor = share_factor
         self.spare_ratio = spare_ratio
         self.min_resize_interval = min_resize_interval
+        self._predictions = Predictions()
 
     # ---- the pass --------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
+        self._predictions.new_pass(snap.running)
         res = easy_pass(snap, start_at_pref_or_fewer, lambda j: j.start_nodes)
         out: list[Decision] = list(res.starts)
         free = res.free
@@ -130,7 +132,7 @@ class Mebf:
         out: list[Decision] = []
         for r in cands:
             k = min(lack, math.floor(self.share_factor * r.size), r.size - r.min_nodes)
-            if k < 1 or not self.feasible(RunningPrediction(r, snap.now), r.size - k):
+            if k < 1 or not self.feasible(self._predictions.get(r, snap.now), r.size - k):
                 continue
             out.append(Shrink(r.job_id, k))
             lack -= k
@@ -147,7 +149,7 @@ class Mebf:
             if free <= 0:
                 break
             amount = self.expand_amount(r.size, min(r.max_nodes - r.size, free))
-            if amount and self.feasible(RunningPrediction(r, snap.now), r.size + amount):
+            if amount and self.feasible(self._predictions.get(r, snap.now), r.size + amount):
                 out.append(Grow(r.job_id, amount))
                 free -= amount
         return sorted(out, key=lambda d: d.job_id)

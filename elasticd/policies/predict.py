@@ -68,28 +68,39 @@ class PendingPrediction:
         return None if self.work is None else self.work / self.speedup.speedup(n)
 
 
+def replay(job: RunningView) -> WorkProgress | None:
+    """The job's progress as of its last size change, by its history (None: no work known)."""
+    s, cost = model_parts(job.model)
+    work = work_of(job.model, job.time_limit, job.preferred, s)
+    if work is None:
+        return None
+    history = job.history or ((job.start_time, job.size),)
+    p = WorkProgress(work, s, cost, history[0][1], history[0][0])
+    for t, n in history[1:]:
+        if n != p.size:
+            p.resize(n, t)
+    return p
+
+
 class RunningPrediction:
     """A running job's progress at `now`, and its end under what-if resizes from there."""
 
     __slots__ = ("cost", "end", "job", "now", "progress", "speedup", "start_size", "work")
 
-    def __init__(self, job: RunningView, now: float) -> None:
+    def __init__(self, job: RunningView, now: float, replayed: WorkProgress | None | bool = False) -> None:
+        """`replayed`: the job's `replay()` if already known (False: replay it here)."""
         self.job = job
         self.now = now
         self.speedup, self.cost = model_parts(job.model)
         self.work = work_of(job.model, job.time_limit, job.preferred, self.speedup)
-        history = job.history or ((job.start_time, job.size),)
-        self.start_size = history[0][1]
+        self.start_size = job.history[0][1] if job.history else job.size
+        base = replay(job) if replayed is False else replayed
         self.progress: WorkProgress | None = None
         self.end: float | None = None
-        if self.work is None:
+        if base is None:
             return
-        p = WorkProgress(self.work, self.speedup, self.cost, history[0][1], history[0][0])
-        for t, n in history[1:]:
-            if n != p.size and t <= now:
-                p.resize(n, t)
-        self.progress = p
-        self.end = p.end_time(now)
+        self.progress = copy.copy(base)
+        self.end = self.progress.end_time(now)
 
     @property
     def known(self) -> bool:
@@ -118,3 +129,27 @@ class RunningPrediction:
             return end
         q.resize(self.job.size, until)
         return q.end_time(until)
+
+
+class Predictions:
+    """Running jobs' predictions for a pass, each job's history replayed once per view.
+
+    The core hands a policy the same view object for a job until the job changes, so a
+    policy keeping one of these between passes replays a job again only after it changed.
+    Pure memoisation: the predictions are exactly those computed afresh.
+    """
+
+    def __init__(self) -> None:
+        self._replayed: dict[int, tuple[RunningView, WorkProgress | None]] = {}
+
+    def new_pass(self, running: tuple[RunningView, ...]) -> None:
+        """Forget jobs (or views) no longer in the snapshot, so memory stays bounded."""
+        old = self._replayed
+        self._replayed = {id(r): old[id(r)] for r in running if id(r) in old and old[id(r)][0] is r}
+
+    def get(self, job: RunningView, now: float) -> RunningPrediction:
+        hit = self._replayed.get(id(job))
+        if hit is None or hit[0] is not job:
+            hit = (job, replay(job))
+            self._replayed[id(job)] = hit
+        return RunningPrediction(job, now, hit[1])

@@ -30,9 +30,11 @@ Whole-node adaptation (the paper shares the cores of a node; elastic moves whole
   place on the map and starts on a later pass once their nodes are back (nodes coming back
   count as available, so nobody shrinks twice for it).
 - "Expanded back when the new job terminates" is read without memory across passes: idle
-  nodes that the map does not promise to anyone go to running malleable jobs below their
-  preferred size (the lenders, and jobs started reduced), least-served first, but only for
-  as long as no reservation needs them.
+  nodes that the map does not promise to anyone go back to running malleable jobs below
+  the largest size their history shows (the lenders), up to that size, those short of the
+  largest share first, and only for as long as no reservation needs the nodes. A job
+  started reduced keeps its size (the paper gives it a finished mate's cores; whole
+  nodes cannot be told apart that way).
 
 Readings where the paper is silent:
 - MAX_SLOWDOWN defaults to the static 10, the value the paper analyses on its largest
@@ -55,6 +57,7 @@ Readings where the paper is silent:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind
@@ -70,7 +73,7 @@ from elasticd.policies.base import (
     start_size,
 )
 from elasticd.policies.conservative import StartBound, entry_duration, place_request
-from elasticd.policies.predict import PendingPrediction, RunningPrediction
+from elasticd.policies.predict import PendingPrediction, Predictions, RunningPrediction
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 from elasticd.policies.threestep import resizable
 
@@ -111,6 +114,7 @@ class SdPolicy:
         self.mate_candidates = mate_candidates
         self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
+        self._predictions = Predictions()
 
     # ---- the pass ---------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
@@ -131,7 +135,7 @@ class SdPolicy:
             malleable_left[i] = malleable_left[i + 1] + (not is_req and e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
         # Giving idle nodes back needs every examined job's reservation on the map.
         may_give_back = free > 0 and any(
-            r.size < r.preferred and resizable(r, now, self.min_resize_interval) for r in snap.running
+            r.size < _before_lending(r) and resizable(r, now, self.min_resize_interval) for r in snap.running
         )
         for i, (e, is_request) in enumerate(entries):
             examined = i < self.max_job_test
@@ -165,7 +169,7 @@ class SdPolicy:
             if malleable and ts > now and examined:
                 if mates is None:
                     mates = self._mates(snap)
-                done, free = self._malleable(job, ts, prof, free, mates, out, now)
+                done, free = self._malleable(job, ts, prof, free, snap.incoming_nodes, mates, out, now)
                 if done:
                     continue
             if ts != math.inf:
@@ -195,6 +199,7 @@ class SdPolicy:
         ts: float,
         prof: FreeProfile,
         free: int,
+        incoming: int,
         mates: _Mates,
         out: list[Decision],
         now: float,
@@ -213,18 +218,42 @@ class SdPolicy:
             """How long the map keeps the job's nodes: its limit, or longer if predicted."""
             return math.inf if job.time_limit is None else max(run, float(job.time_limit))
 
-        # Nodes the map leaves to this job for as long as it could possibly run.
-        base = min(job.preferred, prof.min_free(now, now + hold(longest)))
-        if base >= job.min_nodes:
-            run = pp.runtime(base)
+        # The most nodes (up to preferred) the map leaves it for as long as it runs on them:
+        # fewer nodes, a longer run, a longer window to keep free -- until that settles.
+        n = job.preferred
+        while n >= job.min_nodes:
+            run = pp.runtime(n)
             assert run is not None
-            if now + run < static_end:
-                prof.reserve(now, now + hold(run), base)
-                if free >= base:
-                    out.append(Start(job.job_id, base))
-                    free -= base
-                return True, free  # else: it waits for nodes already coming back
-        choice = self._pick_mates(job, pp, max(base, 0), static_end, mates, now)
+            # Nodes really idle or on their way back: a job past its limit but still
+            # running counts as ending now on the map, but nobody can start on its nodes.
+            room = min(prof.min_free(now, now + hold(run)), free + incoming)
+            if room >= n:
+                if now + run >= static_end:
+                    break  # no better than waiting; mates (more nodes) might be
+                prof.reserve(now, now + hold(run), n)
+                if free >= n:
+                    out.append(Start(job.job_id, n))
+                    return True, free - n
+                return True, 0  # it waits for nodes coming back, holding the idle ones
+            n = room
+        # Mates lend the rest; the map's own nodes are counted for the longest possible run.
+        base = min(job.preferred, prof.min_free(now, now + hold(longest)), free + incoming)
+        static = float(job.time_limit) if job.time_limit is not None else math.inf
+        static_run = pp.runtime(job.preferred)
+        assert static_run is not None
+        with_lent: dict[int, float] = {}
+
+        def static_end_with(lent: int) -> float:
+            """The static end if `lent` more nodes were idle from now on: what the job
+            will compare with once its mates' nodes are back, so lending for it is only
+            worth it if the reduced start still wins then."""
+            if lent not in with_lent:
+                need = job.preferred - lent
+                ts_lent = now if need <= 0 else prof.earliest(need, static)
+                with_lent[lent] = ts_lent + static_run
+            return with_lent[lent]
+
+        choice = self._pick_mates(job, pp, max(base, 0), static_end_with, mates, now)
         if choice is None:
             return False, free
         n_new, lent = choice
@@ -236,25 +265,32 @@ class SdPolicy:
             mates.used.add(m.job.job_id)
             mates.ranked.remove(m)
             out.append(Shrink(m.job.job_id, k))
-        return True, free
+        return True, free - min(free, base)  # the idle nodes it counts on are its
 
     def _pick_mates(
         self,
         job: PendingView,
         pp: PendingPrediction,
         base: int,
-        static_end: float,
+        static_end_with: Callable[[int], float],
         mates: _Mates,
         now: float,
     ) -> tuple[int, list[tuple[_Mate, int]]] | None:
         """The mate set of least total penalty (Eq. 1) under Eqs. 2-3 and the paper's
         constraints, as (new job's size, [(mate, nodes lent)]), or None."""
         cands = mates.ranked[: self.mate_candidates]
-        if not cands:
-            return None
+        top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
+        if not cands or base + sum(top) < job.min_nodes:
+            return None  # even the widest lenders cannot make room
+        fastest = pp.runtime(min(job.preferred, base + sum(top)))
+        assert fastest is not None
+        if now + fastest >= static_end_with(0):
+            return None  # even the most nodes mates could lend do not beat waiting
+        # A mate predicted to end before the new job could possibly end can never host it.
+        cands = [m for m in cands if m.end >= now + fastest]
         top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
         if base + sum(top) < job.min_nodes:
-            return None  # even the widest lenders cannot make room
+            return None
         cutoff = mates.cutoff
         best: tuple[float, int, list[int], list[tuple[_Mate, int]]] | None = None
 
@@ -274,7 +310,9 @@ class SdPolicy:
             run = pp.runtime(n_new)
             assert run is not None
             end = now + run
-            if end >= static_end:
+            # Reduced, it must also beat waiting with the lent nodes idle, which is what
+            # the job weighs once they are back; on its preferred size it simply starts.
+            if end >= static_end_with(0 if n_new == job.preferred else n_new - base):
                 return  # no better than waiting
             if any(m.end < end for m, _ in lent):
                 return  # the new job must finish inside its mates' allocation
@@ -309,24 +347,30 @@ class SdPolicy:
     def _mates(self, snap: Snapshot) -> _Mates:
         """Eligible mates, lowest current slowdown first, cut at MAX_SLOWDOWN."""
         now = snap.now
+        self._predictions.new_pass(snap.running)
+
+        def lend_of(r: RunningView) -> int:
+            if not resizable(r, now, self.min_resize_interval):
+                return 0
+            return min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
+
+        # Only the dynamic cut-off needs every running job's predicted slowdown.
+        who = snap.running if self.dynamic_max_slowdown else [r for r in snap.running if lend_of(r) >= 1]
         preds: list[tuple[RunningView, RunningPrediction, float]] = []
-        for r in snap.running:
+        for r in who:
             if r.time_limit is None or r.ending:
                 continue
-            p = RunningPrediction(r, now)
-            if p.end is None:
-                continue
-            preds.append((r, p, (p.end - _submitted(r)) / r.time_limit))
+            p = self._predictions.get(r, now)
+            if p.end is not None:
+                preds.append((r, p, (p.end - _submitted(r)) / r.time_limit))
         if self.dynamic_max_slowdown:
             cutoff = sum(s for _, _, s in preds) / len(preds) if preds else math.inf
         else:
             cutoff = self.max_slowdown
         out = []
         for r, p, slowdown in preds:
-            if not resizable(r, now, self.min_resize_interval) or slowdown >= cutoff:
-                continue
-            lend = min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
-            if lend >= 1:
+            lend = lend_of(r)
+            if lend >= 1 and slowdown < cutoff:
                 assert p.end is not None
                 out.append(_Mate(r, p, slowdown, lend, p.end))
         out.sort(key=lambda m: (m.base, m.job.job_id))
@@ -334,25 +378,32 @@ class SdPolicy:
 
     # ---- nodes back to the jobs that lent them ----------------------------------------------
     def _give_back(self, snap: Snapshot, prof: FreeProfile, free: int, used: set[int]) -> list[Decision]:
+        """Idle nodes back to jobs that lent theirs, up to the size they had before, for as
+        long as no reservation needs them; those that lent the largest share first."""
         if free <= 0:
             return []
         now = snap.now
         short = [
             r
             for r in snap.running
-            if r.size < r.preferred and r.job_id not in used and resizable(r, now, self.min_resize_interval)
+            if r.size < _before_lending(r) and r.job_id not in used and resizable(r, now, self.min_resize_interval)
         ]
-        short.sort(key=lambda r: (r.size / r.preferred, r.job_id))
+        short.sort(key=lambda r: (r.size / _before_lending(r), r.job_id))
         out: list[Decision] = []
         for r in short:
             if free <= 0:
                 break
-            n = min(r.preferred - r.size, free, prof.min_free(now, r.estimated_end))
+            n = min(_before_lending(r) - r.size, free, prof.min_free(now, r.estimated_end))
             if n >= 1:
                 prof.reserve(now, r.estimated_end, n)
                 out.append(Grow(r.job_id, n))
                 free -= n
         return out
+
+
+def _before_lending(r: RunningView) -> int:
+    """The largest size the job has had (its size before it lent nodes), at most its max."""
+    return min(r.max_nodes, max((n for _, n in r.history), default=r.size))
 
 
 def _submitted(r: RunningView) -> float:
