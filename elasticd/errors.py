@@ -31,8 +31,20 @@ class PolicyError(ElasticError):
     code = "internal"
 
 
+class QueueFull(ElasticError):
+    """A submission past the daemon's queue limit; nothing was queued."""
+
+    code = "queue_full"
+
+
 class DaemonNotRunning(ElasticError):
     code = "no_daemon"
+
+
+class InsecureSecret(ElasticError):
+    """The daemon's secret file is readable by others or not the user's own."""
+
+    code = "insecure_secret"
 
 
 class DaemonError(ElasticError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from elasticd.errors import DaemonNotRunning
+from elasticd.errors import DaemonNotRunning, InsecureSecret
 
 DAEMON_FILE = "daemon.json"
 LOG_FILE = "daemon.log"
@@ -103,4 +103,19 @@ def running_daemon(path: Path) -> DaemonRecord:
             "start one with `elasticd start --local N` (or inside a Slurm allocation, "
             "`elasticd start`)"
         )
+    check_private(path / DAEMON_FILE)
     return rec
+
+
+def check_private(file: Path) -> None:
+    """Refuse a secret others could read or another user wrote (as ssh refuses an open key):
+    using it would hide that anyone on the machine may already act as this user."""
+    st = file.stat()
+    if st.st_uid != os.getuid():
+        raise InsecureSecret(f"{file} belongs to user id {st.st_uid}, not to you; refusing to use its secret")
+    if st.st_mode & 0o077:
+        raise InsecureSecret(
+            f"{file} is readable by others (mode {st.st_mode & 0o777:o}), so its secret may have leaked; "
+            f"refusing to use it. Run `chmod 600 {file}`, then restart the daemon "
+            "(`elasticd stop`, `elasticd start`) for a new secret"
+        )

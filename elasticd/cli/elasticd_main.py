@@ -14,6 +14,7 @@ from elasticd.cli import experiment_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
 from elasticd.cli.daemonctl import cluster_for, start_detached, tuning_args
+from elasticd.cli.limits import add_limit_args, ensure_fd_room, limit_passthrough, limit_settings
 from elasticd.cli.common import add_policy_params, add_state_dir, fail, policy_settings, run_tool
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonNotRunning
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     add_cluster_args(s)
+    add_limit_args(s)
     add_state_dir(s)
 
     st = sub.add_parser("stop", help="end running jobs cleanly and stop the daemon")
@@ -107,7 +109,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
-                         log_level=args.log_level, extra=tuning_args(args) + settings.passthrough(),
+                         log_level=args.log_level, extra=tuning_args(args) + settings.passthrough() + limit_passthrough(args),
                          timeout=20.0 + settings.connect_timeout)
     kind = "local nodes" if cluster.mode == "local" else f"nodes from {cluster.source}"
     print(f"elasticd started (pid {rec.pid}): {len(cluster.nodes)} {kind}: {cluster.folded}, "
@@ -133,13 +135,17 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("paramiko").setLevel(logging.WARNING)
+    fd_warning = ensure_fd_room(args.max_connections)
+    if fd_warning:
+        logging.getLogger("elasticd").warning(fd_warning)
     cfg = DaemonConfig(state_dir=state_dir, node_names=list(nodes), policy=args.policy,
                        listen_host=args.listen, app_host=settings.app_host, kill_wait=args.kill_wait,
                        order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
                        schedule_interval=args.schedule_interval, mode=settings.mode,
                        launcher=settings.launcher, launcher_options=settings.launcher_options(),
                        policy_params=list(args.policy_param),
-                       policy_config=str(args.policy_config) if args.policy_config else None)
+                       policy_config=str(args.policy_config) if args.policy_config else None,
+                       **limit_settings(args))
 
     async def serve() -> None:
         await Daemon(cfg).serve()

@@ -91,6 +91,10 @@ class Core:
         return list(self._pending)
 
     @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    @property
     def active_ids(self) -> list[int]:
         """Jobs holding nodes (RUNNING or RESIZING, including those being ended)."""
         return list(self._active)

@@ -14,7 +14,7 @@ import logging
 from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, parse_count
 from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
-from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
+from elastic_protocol.version import PROTOCOL_VERSION
 
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.service import Daemon
@@ -24,6 +24,7 @@ log = logging.getLogger("elasticd.app")
 
 MAX_BAD_LINES = 5
 MAX_VALUES = 1024
+MAX_VALUE_BYTES = 256 * 1024
 # Orders are small; a peer that does not read them for this long is not a peer.
 MAX_OUTBOUND_BYTES = 1 << 20
 
@@ -44,8 +45,12 @@ class _Link:
 
 
 class AppServer(LineServer):
+    channel = "app"
+
     def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon, MAX_APP_LINE_BYTES)
+        super().__init__(daemon, daemon.config.max_app_line_bytes, log)
+        # Authenticated connections per job: a job may not take the whole channel.
+        self._per_job: dict[int, int] = {}
 
     def busy_line(self) -> bytes:
         return error_line("busy", "too many connections") + b"\n"
@@ -62,70 +67,90 @@ class AppServer(LineServer):
             bad = 0
             while True:
                 try:
-                    line = await read_line(reader, MAX_APP_LINE_BYTES)
+                    line = await read_line(reader, self.max_line)
                 except FrameTooLong as exc:
-                    writer.write(error_line(exc.code, str(exc)) + b"\n")
+                    await _reply(writer, error_line(exc.code, str(exc)))
                     log.warning("app: job %d: %s; connection closed", job_id, exc)
                     break
                 if line is None:
                     break
+                if job_id not in d.job_secrets:
+                    # The job ended: its connection authenticates nothing any more.
+                    await _reply(writer, error_line("job_ended", f"job {job_id} has ended"))
+                    break
                 try:
-                    reply = self._serve(job_id, parse(line, APP_VERBS), link)
+                    reply = self._serve(job_id, parse(line, APP_VERBS), link).encode()
                 except MalformedMessage as exc:
                     bad += 1
                     log.warning("app: job %d sent a bad line (%d/%d): %s", job_id, bad, MAX_BAD_LINES, exc)
-                    writer.write(error_line(exc.code, str(exc)) + b"\n")
+                    await _reply(writer, error_line(exc.code, str(exc)))
                     if bad >= MAX_BAD_LINES:
                         log.warning("app: job %d: too many bad lines; closing, the job runs on as rigid", job_id)
                         break
                     continue
                 except (OrderRejected, ProtocolError) as exc:
                     log.info("app: job %d: %s: %s", job_id, exc.code, exc)
-                    writer.write(error_line(exc.code, str(exc)) + b"\n")
-                    continue
+                    reply = error_line(exc.code, str(exc))
                 except UnknownJob:
                     break  # the job is gone (ended meanwhile)
                 except Exception:
                     log.exception("app: job %d: internal error", job_id)
-                    writer.write(error_line("internal", "internal error; see the daemon log") + b"\n")
-                    continue
-                writer.write(reply.encode() + b"\n")
-                await writer.drain()
+                    reply = error_line("internal", "internal error; see the daemon log")
+                await _reply(writer, reply)
         except ProtocolError as exc:
-            log.warning("app: %s from %s: %s", exc.code, peer, exc)
+            self.refused(peer, f"{exc.code}: {exc}" if job_id is None else f"job {job_id}: {exc.code}: {exc}")
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             if job_id is not None:
+                self._per_job[job_id] -= 1
+                if not self._per_job[job_id]:
+                    del self._per_job[job_id]
                 d.app_lost(job_id, link)
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> int | None:
+        """The job this connection proved to be, or None (refused, told why, logged)."""
         try:
-            line = await asyncio.wait_for(read_line(reader, MAX_APP_LINE_BYTES), self.daemon.config.hello_timeout)
+            line = await asyncio.wait_for(read_line(reader, self.max_line), self.daemon.config.hello_timeout)
             if line is None:
+                self.refused(peer, "closed before its hello")
                 return None
             msg = parse(line, APP_VERBS)
         except TimeoutError:
-            writer.write(error_line("timeout", "no hello received in time") + b"\n")
-            return None
+            return await self._refuse(writer, peer, "timeout", "no hello received in time")
         except ProtocolError as exc:
-            writer.write(error_line(exc.code, str(exc)) + b"\n")
-            return None
+            return await self._refuse(writer, peer, exc.code, str(exc))
         if msg.verb != "hello" or len(msg.args) != 3:
-            writer.write(error_line("bad_request", "first line must be: hello VERSION JOB_ID SECRET") + b"\n")
-            return None
+            return await self._refuse(writer, peer, "bad_request", "first line must be: hello VERSION JOB_ID SECRET")
         version, job_text, secret = msg.args
         if version != str(PROTOCOL_VERSION):
-            writer.write(error_line("version_mismatch", f"daemon speaks version {PROTOCOL_VERSION}, not {version[:16]}") + b"\n")
-            return None
-        expected = self.daemon.job_secrets.get(int(job_text)) if job_text.isdigit() else None
-        if expected is None or not hmac.compare_digest(secret.encode(), expected.encode()):
-            log.warning("app: refused %s claiming job %s: wrong secret or job not running", peer, job_text[:20])
-            writer.write(error_line("auth_failed", "wrong secret for that job, or the job is not running") + b"\n")
-            return None
-        writer.write(f"ok hello {PROTOCOL_VERSION}\n".encode())
-        await writer.drain()
-        return int(job_text)
+            return await self._refuse(writer, peer, "version_mismatch",
+                                      f"daemon speaks version {PROTOCOL_VERSION}, not {version[:16]}")
+        # Job ids are small: a digit string longer than this names no job (and int() of
+        # thousands of digits would raise).
+        job_id = int(job_text) if job_text.isdigit() and len(job_text) <= 18 else None
+        expected = self.daemon.job_secrets.get(job_id) if job_id is not None else None
+        if job_id is None or expected is None or not hmac.compare_digest(secret.encode(), expected.encode()):
+            return await self._refuse(writer, peer, "auth_failed", "wrong secret for that job, or the job is not running",
+                                      f"claiming job {job_text[:20]}: wrong secret or job not running")
+        job = self.daemon.core.jobs.get(job_id)
+        cap = 2 * (job.spec.node_bounds[1] if job is not None else 1) + 4
+        if self._per_job.get(job_id, 0) >= cap:
+            return await self._refuse(writer, peer, "busy", f"job {job_id} already holds {cap} connections",
+                                      f"job {job_id}: more than {cap} connections")
+        self._per_job[job_id] = self._per_job.get(job_id, 0) + 1
+        self.proven(writer)
+        await _reply(writer, f"ok hello {PROTOCOL_VERSION}".encode())
+        return job_id
+
+    async def _refuse(self, writer: asyncio.StreamWriter, peer: object, code: str, message: str,
+                      why: str | None = None) -> None:
+        self.refused(peer, why or f"{code}: {message}")
+        try:
+            await asyncio.wait_for(_reply(writer, error_line(code, message)), 1.0)
+        except (ConnectionError, TimeoutError):
+            pass
+        return None
 
     def _serve(self, job_id: int, msg: Message, link: _Link) -> str:
         d = self.daemon
@@ -165,6 +190,9 @@ class AppServer(LineServer):
             values = d.job_values.setdefault(job_id, {})
             if msg.args[0] not in values and len(values) >= MAX_VALUES:
                 raise OrderRejected("busy", f"at most {MAX_VALUES} values per job")
+            size = sum(len(k) + len(v) for k, v in values.items() if k != msg.args[0])
+            if size + len(msg.args[0]) + len(msg.args[1]) > MAX_VALUE_BYTES:
+                raise OrderRejected("busy", f"at most {MAX_VALUE_BYTES} bytes of values per job")
             values[msg.args[0]] = msg.args[1]
             return f"ok put {msg.args[0]}"
         if verb == "get":
@@ -175,6 +203,13 @@ class AppServer(LineServer):
                 raise OrderRejected("not_found", msg.args[0])
             return f"ok get {msg.args[0]} {value}"
         raise MalformedMessage(f"unexpected message {verb!r}")
+
+
+async def _reply(writer: asyncio.StreamWriter, line: bytes) -> None:
+    """Every reply waits for the peer to take it: one that sends without reading stalls
+    itself, not the daemon's memory."""
+    writer.write(line + b"\n")
+    await writer.drain()
 
 
 def _order_id(msg: Message) -> int:

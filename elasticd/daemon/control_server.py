@@ -34,7 +34,7 @@ from elastic_protocol.control import (
 from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.jobspec import format_validation_errors
-from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
+from elastic_protocol.version import PROTOCOL_VERSION
 
 from elasticd import __version__
 from elasticd.daemon.line_server import LineServer
@@ -59,11 +59,12 @@ class _Refused(Exception):
 
 
 class ControlServer(LineServer):
+    channel = "control"
+
     def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon, MAX_LINE_BYTES)
+        super().__init__(daemon, daemon.config.max_line_bytes, log)
 
     def busy_line(self) -> bytes:
-        log.warning("control: refused a connection: too many connections")
         return _error("busy", "too many connections; try again")
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -72,7 +73,7 @@ class ControlServer(LineServer):
         try:
             await self._hello(reader, writer, peer)
             while True:
-                line = await read_line(reader, MAX_LINE_BYTES)
+                line = await read_line(reader, self.max_line)
                 if line is None:
                     break
                 writer.write(await self._dispatch(line))
@@ -82,11 +83,11 @@ class ControlServer(LineServer):
         except _Refused:
             pass
         except ProtocolError as exc:
-            log.warning("control: %s from %s: %s", exc.code, peer, exc)
+            self.refused(peer, f"{exc.code}: {exc}")
             try:
                 writer.write(_error(exc.code, str(exc)))
-                await writer.drain()
-            except ConnectionError:
+                await asyncio.wait_for(writer.drain(), 1.0)
+            except (ConnectionError, TimeoutError):
                 pass
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -95,28 +96,31 @@ class ControlServer(LineServer):
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
         try:
-            line = await asyncio.wait_for(read_line(reader, MAX_LINE_BYTES), self.daemon.config.hello_timeout)
+            line = await asyncio.wait_for(read_line(reader, self.max_line), self.daemon.config.hello_timeout)
         except TimeoutError:
-            log.warning("control: %s sent no hello in time", peer)
+            self.refused(peer, "no hello in time")
             writer.write(_error("timeout", "no hello received in time"))
             raise _Refused from None
         if line is None:
+            self.refused(peer, "closed before its hello")
             raise _Refused
         try:
             hello = Hello.model_validate_json(line)
         except ValidationError:
-            log.warning("control: refused %s: first line is not a valid hello", peer)
+            self.refused(peer, "first line is not a valid hello (no secret)")
             writer.write(_error("bad_request", "the first message must be a hello with version and secret"))
             raise _Refused from None
         if hello.version != PROTOCOL_VERSION:
+            self.refused(peer, f"protocol version {hello.version}")
             writer.write(
                 _error("version_mismatch", f"daemon speaks protocol {PROTOCOL_VERSION}, client {hello.version}")
             )
             raise _Refused
         if not hmac.compare_digest(hello.secret.encode(), self.daemon.secret.encode()):
-            log.warning("control: refused %s (client %s): wrong secret", peer, hello.client)
+            self.refused(peer, f"wrong secret (client {hello.client[:64]!r})")
             writer.write(_error("auth_failed", "wrong secret"))
             raise _Refused
+        self.proven(writer)
         writer.write(_ok({"protocol": PROTOCOL_VERSION, "version": __version__, "pid": os.getpid()}))
         await writer.drain()
 
@@ -203,7 +207,8 @@ class ControlServer(LineServer):
 def _bad_request(line: bytes, exc: ValidationError) -> bytes:
     try:
         op = json.loads(line).get("op")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
+        # RecursionError: nesting deeper than the parser's stack, which pydantic refused too.
         return _error("bad_request", "not a JSON object")
     if op == "submit":
         details = format_validation_errors(exc.errors(), drop_prefix=("submit", "spec"))

@@ -1,21 +1,73 @@
 """What both channel servers share: a listening socket with a line limit, the connections
-it holds, and a bound on how many there may be."""
+it holds, bounds on how many there may be, and the log of refused attempts.
+
+Each channel has its own connection budget, so a job that floods the application channel
+cannot lock its user's tools out of the control channel (they are needed to cancel it).
+Within a channel, connections that have not yet proven a secret are capped separately and
+the oldest is dropped to admit a new one: a flood of connections that open and send
+nothing then costs a legitimate client (which says hello at once) nothing, instead of
+locking it out until the flood's hellos time out.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from elasticd.daemon.service import Daemon
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
+# Refusals are logged one by one up to this many per window and per channel; past it, one
+# summary line per window says how many were left out, so a flood cannot fill the disk.
+LOG_BURST = 20
+LOG_WINDOW_S = 10.0
+
+
+class RefusalLog:
+    """Logs each refused attempt with its source, rate-limited per window."""
+
+    def __init__(self, logger: logging.Logger, channel: str) -> None:
+        self.logger = logger
+        self.channel = channel
+        self._window_start = 0.0
+        self._logged = 0
+        self._suppressed = 0
+
+    def __call__(self, peer: object, why: str) -> None:
+        now = time.monotonic()
+        if now - self._window_start >= LOG_WINDOW_S:
+            if self._suppressed:
+                self.logger.warning("%s: %d more refused attempts in the last %.0f s were not logged one by one",
+                                    self.channel, self._suppressed, now - self._window_start)
+            self._window_start, self._logged, self._suppressed = now, 0, 0
+        if self._logged < LOG_BURST:
+            self._logged += 1
+            self.logger.warning("%s: refused %s: %s", self.channel, _peer_text(peer), why)
+        else:
+            self._suppressed += 1
+
+
+def _peer_text(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
 
 class LineServer:
-    def __init__(self, daemon: Daemon, max_line: int) -> None:
+    channel = "line"
+
+    def __init__(self, daemon: Daemon, max_line: int, logger: logging.Logger) -> None:
         self.daemon = daemon
         self.max_line = max_line
+        self.log = logger
+        self.refused = RefusalLog(logger, self.channel)
+        self.connections = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        # Connections still owing their hello, oldest first (dicts keep insertion order).
+        self._unproven: dict[asyncio.StreamWriter, None] = {}
 
     async def start(self, host: str, port: int) -> asyncio.Server:
         return await asyncio.start_server(self._admit, host, port, limit=self.max_line + 1)
@@ -24,24 +76,41 @@ class LineServer:
         for w in list(self._writers):
             w.close()
 
+    def proven(self, writer: asyncio.StreamWriter) -> None:
+        """The peer holds a secret: it no longer counts as (or risks being dropped as) unproven."""
+        self._unproven.pop(writer, None)
+
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Count the connection against the daemon-wide limit for as long as it lives."""
-        d = self.daemon
-        if d.connections >= d.config.max_connections:
+        """Count the connection against the channel's limits for as long as it lives."""
+        cfg = self.daemon.config
+        peer = writer.get_extra_info("peername")
+        if self.connections >= cfg.max_connections:
+            self.refused(peer, f"too many connections (limit {cfg.max_connections})")
             writer.write(self.busy_line())
             try:
-                await writer.drain()
-            except ConnectionError:
+                await asyncio.wait_for(writer.drain(), 1.0)
+            except (ConnectionError, TimeoutError):
                 pass
             writer.close()
             return
-        d.connections += 1
+        if len(self._unproven) >= cfg.max_unauthenticated:
+            oldest = next(iter(self._unproven))
+            self._unproven.pop(oldest)
+            self.refused(oldest.get_extra_info("peername"),
+                         f"dropped before its hello: more than {cfg.max_unauthenticated} connections without one")
+            oldest.close()
+        self.connections += 1
         self._writers.add(writer)
+        self._unproven[writer] = None
         try:
             await self.serve(reader, writer)
+        except Exception:
+            # A bug in a handler must cost one connection, never the daemon.
+            self.log.exception("%s: internal error serving %s", self.channel, _peer_text(peer))
         finally:
-            d.connections -= 1
+            self.connections -= 1
             self._writers.discard(writer)
+            self._unproven.pop(writer, None)
             writer.close()
 
     def busy_line(self) -> bytes:

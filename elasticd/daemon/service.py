@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elastic_protocol.jobspec import JobSpec
+from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 
 from elasticd import __version__
 from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
-from elasticd.errors import LaunchError, OrderRejected
+from elasticd.errors import LaunchError, OrderRejected, QueueFull
 from elasticd.launch.base import LaunchRequest
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
@@ -50,9 +51,13 @@ class DaemonConfig:
     schedule_interval: float = 5.0
     policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
     policy_config: str | None = None
-    # Limits that keep a misbehaving client from exhausting the daemon.
-    max_connections: int = 256
+    # Limits that keep a misbehaving client from exhausting the daemon (README: Limits).
+    max_connections: int = 256  # per channel (control, application)
+    max_unauthenticated: int = 32  # per channel, before their hello; the oldest is dropped
     hello_timeout: float = 10.0
+    max_line_bytes: int = MAX_LINE_BYTES  # control-channel requests
+    max_app_line_bytes: int = MAX_APP_LINE_BYTES
+    max_queued_jobs: int = 100_000  # PENDING jobs; a submit past it is refused (queue_full)
     # Cluster mode: how processes reach the nodes (local | ssh | srun), and its settings.
     launcher: str = "local"
     launcher_options: dict[str, Any] = field(default_factory=dict)
@@ -108,7 +113,6 @@ class Daemon:
         self._tick_handle: asyncio.TimerHandle | None = None
         self.control_address = ""
         self.app_address = ""
-        self.connections = 0
 
     @staticmethod
     def now() -> float:
@@ -204,6 +208,9 @@ class Daemon:
 
     # ---- events into the core ------------------------------------------------------
     def submit(self, spec: JobSpec) -> int:
+        if self.core.pending_count >= self.config.max_queued_jobs:
+            raise QueueFull(f"the queue holds {self.config.max_queued_jobs} pending jobs, its limit; "
+                            "submit again once some have started")
         job = self.core.submit(spec, self.now())
         log.info("job %d submitted: %s, nodes %s", job.job_id, spec.name, spec.nodes)
         self._schedule_soon()
