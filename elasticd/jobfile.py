@@ -36,7 +36,7 @@ def load_job_file(path: Path, submit_dir: Path | None = None) -> JobSpec:
         text = _AT.sub("", msg).strip()
         raise JobFileError(str(path), [f"TOML syntax error at {where}: {text}"]) from None
     wd = data.get("working_dir")
-    if isinstance(wd, str):
+    if isinstance(wd, str) and "\0" not in wd:  # a NUL is left for validation to name
         data["working_dir"] = str((path.parent / Path(wd).expanduser()).resolve())
     elif wd is None:
         data["working_dir"] = str((submit_dir or Path.cwd()).resolve())

@@ -70,7 +70,7 @@ class AppServer(LineServer):
                     line = await read_line(reader, self.max_line)
                 except FrameTooLong as exc:
                     await _reply(writer, error_line(exc.code, str(exc)))
-                    log.warning("app: job %d: %s; connection closed", job_id, exc)
+                    self.refused.note(f"job {job_id}: {exc}; connection closed")
                     break
                 if line is None:
                     break
@@ -82,14 +82,14 @@ class AppServer(LineServer):
                     reply = self._serve(job_id, parse(line, APP_VERBS), link).encode()
                 except MalformedMessage as exc:
                     bad += 1
-                    log.warning("app: job %d sent a bad line (%d/%d): %s", job_id, bad, MAX_BAD_LINES, exc)
+                    self.refused.note(f"job {job_id} sent a bad line ({bad}/{MAX_BAD_LINES}): {exc}")
                     await _reply(writer, error_line(exc.code, str(exc)))
                     if bad >= MAX_BAD_LINES:
-                        log.warning("app: job %d: too many bad lines; closing, the job runs on as rigid", job_id)
+                        self.refused.note(f"job {job_id}: too many bad lines; closing, the job runs on as rigid")
                         break
                     continue
                 except (OrderRejected, ProtocolError) as exc:
-                    log.info("app: job %d: %s: %s", job_id, exc.code, exc)
+                    self.refused.note(f"job {job_id}: {exc.code}: {exc}")
                     reply = error_line(exc.code, str(exc))
                 except UnknownJob:
                     break  # the job is gone (ended meanwhile)

@@ -37,15 +37,20 @@ class RefusalLog:
         self._suppressed = 0
 
     def __call__(self, peer: object, why: str) -> None:
+        self.note(f"refused {_peer_text(peer)}: {why}")
+
+    def note(self, text: str) -> None:
+        """Any other warning a peer can trigger at will (an authenticated job's bad lines)."""
         now = time.monotonic()
         if now - self._window_start >= LOG_WINDOW_S:
             if self._suppressed:
-                self.logger.warning("%s: %d more refused attempts in the last %.0f s were not logged one by one",
+                self.logger.warning("%s: %d more refused attempts or bad lines in the last %.0f s "
+                                    "were not logged one by one",
                                     self.channel, self._suppressed, now - self._window_start)
             self._window_start, self._logged, self._suppressed = now, 0, 0
         if self._logged < LOG_BURST:
             self._logged += 1
-            self.logger.warning("%s: refused %s: %s", self.channel, _peer_text(peer), why)
+            self.logger.warning("%s: %s", self.channel, text)
         else:
             self._suppressed += 1
 

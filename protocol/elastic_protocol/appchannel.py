@@ -94,6 +94,8 @@ def grow_order(hosts: list[str], order_id: int, deadline_s: float) -> Message:
 
 
 def error_line(code: str, message: str) -> bytes:
-    """`error CODE free text`: the text is the rest of the line, sanitised to one line."""
-    clean = " ".join(message.encode("ascii", "replace").decode().split())[:512]
+    """`error CODE free text`: the text is the rest of the line, sanitised to one line of
+    printable ASCII (it may quote what a peer sent, control characters included)."""
+    text = "".join(c if c.isprintable() or c.isspace() else "?" for c in message)
+    clean = " ".join(text.encode("ascii", "replace").decode().split())[:512]
     return f"error {code} {clean}".encode("ascii")

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Annotated
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -20,6 +21,18 @@ from pydantic import (
 )
 
 from elastic_protocol.timefmt import parse_time_limit
+
+
+def _no_nul(v: str) -> str:
+    # exec, open and chdir cannot take a NUL: refuse it here, naming the field, rather
+    # than fail at launch.
+    if "\0" in v:
+        raise ValueError("must not contain a NUL character")
+    return v
+
+
+# Strings that end up in argv, the environment or a path.
+OsStr = Annotated[str, AfterValidator(_no_nul)]
 
 
 class JobKind(str, Enum):
@@ -129,16 +142,16 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
-    command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    command: Annotated[list[Annotated[OsStr, Field(min_length=1)]], Field(min_length=1)]
     nodes: NodesField
     kind: JobKind | None = None
     time_limit: str | int | None = None
-    working_dir: str | None = None
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(
+    working_dir: OsStr | None = None
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], OsStr] = Field(
         default_factory=dict
     )
-    output: Annotated[str, Field(min_length=1)] = "elastic-%j.out"
-    error: Annotated[str, Field(min_length=1)] | None = None
+    output: Annotated[OsStr, Field(min_length=1)] = "elastic-%j.out"
+    error: Annotated[OsStr, Field(min_length=1)] | None = None
     submit_offset: Annotated[float, Field(ge=0)] = 0.0
     model: PerfModel | None = None
     # An evolving job's full evolution, declared up front, for the fit policy.

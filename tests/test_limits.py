@@ -1,0 +1,119 @@
+"""The daemon's limits (elasticd start --max-*) are enforced and refuse politely: a typed
+error line, a log entry with the source, and the daemon goes on serving everyone else."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from elastic_protocol.control import Hello, Status
+from elastic_protocol.framing import LineSocket
+from elastic_protocol.version import PROTOCOL_VERSION
+
+from conftest import RunningDaemon, start_daemon, stop_daemon, write_job
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMITS = ["--max-connections", "8", "--max-unauthenticated", "4", "--hello-timeout", "1",
+          "--max-line-bytes", "2048", "--max-app-line-bytes", "512", "--max-queued-jobs", "2"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
+    d = start_daemon(tmp_path_factory.mktemp("limits") / "state", nodes=1, extra=LIMITS)
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
+
+
+def connect(d: RunningDaemon, channel: str) -> LineSocket:
+    host, port = (d.record.control_host, d.record.control_port) if channel == "control" else \
+        (d.record.app_host, d.record.app_port)
+    return LineSocket(socket.create_connection((host, port), timeout=10), 1 << 20)
+
+
+def log_text(d: RunningDaemon) -> str:
+    return (d.state_dir / "daemon.log").read_text()
+
+
+def test_a_channel_past_its_connection_limit_answers_busy_and_the_other_channel_still_serves(small: RunningDaemon) -> None:
+    held = [small.client() for _ in range(8)]
+    try:
+        io = connect(small, "control")
+        reply = json.loads(io.read_line())
+        assert reply["error"]["code"] == "busy"
+        assert io.read_line() is None
+        io.close()
+        app = connect(small, "app")
+        app.send_line(b"ping")
+        assert app.read_line().startswith(b"error bad_request")
+        app.close()
+    finally:
+        for c in held:
+            c.close()
+    time.sleep(0.2)
+    with small.client() as c:
+        assert c.request(Status())["pid"] == small.record.pid
+    assert "too many connections (limit 8)" in log_text(small)
+
+
+def test_connections_that_say_nothing_cannot_lock_a_tool_out(small: RunningDaemon) -> None:
+    idle = [connect(small, "control") for _ in range(20)]
+    try:
+        t0 = time.monotonic()
+        with small.client() as c:
+            c.request(Status())
+        assert time.monotonic() - t0 < 0.9, "the tool waited for idle connections to time out"
+        # The oldest idle ones were dropped to make room; the rest time out after their hello timeout.
+        for io in idle:
+            line = io.read_line()
+            assert line is None or json.loads(line)["error"]["code"] == "timeout"
+    finally:
+        for io in idle:
+            io.close()
+    assert "dropped before its hello: more than 4 connections without one" in log_text(small)
+
+
+def test_half_a_hello_times_out_with_a_typed_error(small: RunningDaemon) -> None:
+    for channel in ("control", "app"):
+        io = connect(small, channel)
+        io.sock.sendall(b"hel")
+        t0 = time.monotonic()
+        line = io.read_line()
+        assert 0.5 < time.monotonic() - t0 < 5
+        assert b"timeout" in line, line
+        assert io.read_line() is None
+        io.close()
+
+
+def test_line_limits_are_the_configured_ones(small: RunningDaemon) -> None:
+    io = connect(small, "control")
+    io.send_line(Hello(version=PROTOCOL_VERSION, secret=small.record.secret).model_dump_json().encode())
+    assert json.loads(io.read_line())["ok"]
+    io.send_line(b'{"op":"status"' + b" " * 2100 + b"}")
+    assert json.loads(io.read_line())["error"]["code"] == "line_too_long"
+    io.close()
+    app = connect(small, "app")
+    app.send_line(b"hello " + b"1" * 600)
+    assert app.read_line().startswith(b"error line_too_long")
+    app.close()
+
+
+def test_a_full_queue_refuses_a_submission_with_queue_full(small: RunningDaemon, tmp_path: Path) -> None:
+    job = write_job(tmp_path, "s", f'name = "s"\ncommand = ["sleep", "300"]\nnodes = 1\nworking_dir = "{tmp_path}"')
+    r = small.cli("esubmit", "--parsable", str(job), str(job), str(job))
+    assert r.returncode == 0, r.stderr
+    ids = [int(x) for x in r.stdout.split()]
+    r = small.cli("esubmit", str(job))
+    assert r.returncode == 1
+    assert "[queue_full]" in r.stderr and "2 pending jobs" in r.stderr, r.stderr
+    states = {j: info["state"] for j, info in small.jobs(*ids).items()}
+    assert states == {ids[0]: "RUNNING", ids[1]: "PENDING", ids[2]: "PENDING"}
+    r = small.cli("ecancel", *map(str, ids))
+    assert r.returncode == 0, r.stderr
