@@ -3,10 +3,12 @@ it holds, bounds on how many there may be, and the log of refused attempts.
 
 Each channel has its own connection budget, so a job that floods the application channel
 cannot lock its user's tools out of the control channel (they are needed to cancel it).
-Within a channel, connections that have not yet proven a secret are capped separately and
-the oldest is dropped to admit a new one: a flood of connections that open and send
-nothing then costs a legitimate client (which says hello at once) nothing, instead of
-locking it out until the flood's hellos time out.
+Within a channel, connections that have not yet proven a secret are capped separately:
+past that cap (or when the channel is full) the oldest of them is dropped to admit a new
+one, provided it has had a grace period to say hello. A flood of connections that open
+and send nothing then costs a legitimate client (which says hello at once) nothing,
+instead of locking it out until the flood's hellos time out; and a 200-process job whose
+processes all connect in the same instant is not mistaken for a flood.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 # summary line per window says how many were left out, so a flood cannot fill the disk.
 LOG_BURST = 20
 LOG_WINDOW_S = 10.0
+# A connection past the unauthenticated cap is dropped only after this long without a hello.
+UNPROVEN_GRACE_S = 1.0
 
 
 class RefusalLog:
@@ -69,10 +73,13 @@ class LineServer:
         self.max_line = max_line
         self.log = logger
         self.refused = RefusalLog(logger, self.channel)
-        self.connections = 0
         self._writers: set[asyncio.StreamWriter] = set()
-        # Connections still owing their hello, oldest first (dicts keep insertion order).
-        self._unproven: dict[asyncio.StreamWriter, None] = {}
+        # Connections still owing their hello -> when they came, oldest first.
+        self._unproven: dict[asyncio.StreamWriter, float] = {}
+
+    @property
+    def connections(self) -> int:
+        return len(self._writers)
 
     async def start(self, host: str, port: int) -> asyncio.Server:
         return await asyncio.start_server(self._admit, host, port, limit=self.max_line + 1)
@@ -89,6 +96,8 @@ class LineServer:
         """Count the connection against the channel's limits for as long as it lives."""
         cfg = self.daemon.config
         peer = writer.get_extra_info("peername")
+        now = time.monotonic()
+        self._make_room(now)
         if self.connections >= cfg.max_connections:
             self.refused(peer, f"too many connections (limit {cfg.max_connections})")
             writer.write(self.busy_line())
@@ -98,25 +107,35 @@ class LineServer:
                 pass
             writer.close()
             return
-        if len(self._unproven) >= cfg.max_unauthenticated:
-            oldest = next(iter(self._unproven))
-            self._unproven.pop(oldest)
-            self.refused(oldest.get_extra_info("peername"),
-                         f"dropped before its hello: more than {cfg.max_unauthenticated} connections without one")
-            oldest.close()
-        self.connections += 1
         self._writers.add(writer)
-        self._unproven[writer] = None
+        self._unproven[writer] = now
         try:
             await self.serve(reader, writer)
         except Exception:
             # A bug in a handler must cost one connection, never the daemon.
             self.log.exception("%s: internal error serving %s", self.channel, _peer_text(peer))
         finally:
-            self.connections -= 1
             self._writers.discard(writer)
             self._unproven.pop(writer, None)
             writer.close()
+
+    def _make_room(self, now: float) -> None:
+        """Drop the oldest connections still without a hello while over a limit, once they
+        have had their grace period (which a client that says hello at once never needs)."""
+        cfg = self.daemon.config
+        grace = min(UNPROVEN_GRACE_S, cfg.hello_timeout / 2)
+        while self._unproven and (
+            self.connections >= cfg.max_connections or len(self._unproven) >= cfg.max_unauthenticated
+        ):
+            oldest, since = next(iter(self._unproven.items()))
+            if now - since < grace:
+                return
+            del self._unproven[oldest]
+            self._writers.discard(oldest)  # no longer counted; its handler ends on the close
+            self.refused(oldest.get_extra_info("peername"),
+                         f"dropped before its hello to make room (limits: {cfg.max_unauthenticated} without "
+                         f"a hello, {cfg.max_connections} in all)")
+            oldest.close()
 
     def busy_line(self) -> bytes:
         raise NotImplementedError
