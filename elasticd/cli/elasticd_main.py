@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.add_argument("--no-journal", action="store_true",
+                   help="do not save jobs in the state directory (nothing survives a crash; for measurements)")
     add_cluster_args(s)
     add_state_dir(s)
 
@@ -106,8 +108,9 @@ def cmd_start(args: argparse.Namespace) -> int:
                     "stop it with `elasticd stop` or use another --state-dir")
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
+    extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else [])
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
-                         log_level=args.log_level, extra=tuning_args(args) + settings.passthrough(),
+                         log_level=args.log_level, extra=extra,
                          timeout=20.0 + settings.connect_timeout)
     kind = "local nodes" if cluster.mode == "local" else f"nodes from {cluster.source}"
     print(f"elasticd started (pid {rec.pid}): {len(cluster.nodes)} {kind}: {cluster.folded}, "
@@ -138,7 +141,7 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
                        schedule_interval=args.schedule_interval, mode=settings.mode,
                        launcher=settings.launcher, launcher_options=settings.launcher_options(),
-                       policy_params=list(args.policy_param),
+                       policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None)
 
     async def serve() -> None:

@@ -89,6 +89,7 @@ class AppServer(LineServer):
                     log.exception("app: job %d: internal error", job_id)
                     writer.write(error_line("internal", "internal error; see the daemon log") + b"\n")
                     continue
+                d.persist()  # saved before the application hears of it
                 writer.write(reply.encode() + b"\n")
                 await writer.drain()
         except ProtocolError as exc:
@@ -150,6 +151,12 @@ class AppServer(LineServer):
             text = " ".join(msg.args)
             d.app_answer(job_id, verb, order_id, list(msg.args), text)
             return f"ok {verb} order={order_id}"
+        if verb == "resume":
+            text = msg.options.get("order")
+            if text is not None and not text.isdigit():
+                raise MalformedMessage("resume: order=ID must be a number")
+            d.app_resume(job_id, None if text is None else int(text), list(msg.args))
+            return "ok resume"
         if verb == "request":
             n = parse_count(msg)
             d.app_request(job_id, n)
@@ -165,7 +172,7 @@ class AppServer(LineServer):
             values = d.job_values.setdefault(job_id, {})
             if msg.args[0] not in values and len(values) >= MAX_VALUES:
                 raise OrderRejected("busy", f"at most {MAX_VALUES} values per job")
-            values[msg.args[0]] = msg.args[1]
+            d.put_value(job_id, msg.args[0], msg.args[1])
             return f"ok put {msg.args[0]}"
         if verb == "get":
             if len(msg.args) != 1:

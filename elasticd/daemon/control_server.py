@@ -75,7 +75,9 @@ class ControlServer(LineServer):
                 line = await read_line(reader, MAX_LINE_BYTES)
                 if line is None:
                     break
-                writer.write(await self._dispatch(line))
+                reply = await self._dispatch(line)
+                d.persist()  # saved before it is acknowledged
+                writer.write(reply)
                 await writer.drain()
                 if d._stopped.is_set():
                     break
