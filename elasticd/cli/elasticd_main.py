@@ -194,6 +194,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"    {n.name:<12} {n.state:<10} {'' if n.job_id is None else 'job ' + str(n.job_id)}")
     jobs = ", ".join(f"{v} {k}" for k, v in sorted(info.jobs_by_state.items())) or "none"
     print(f"  jobs: {jobs}")
+    if info.journal is None:
+        print("  journal: none (jobs do not survive a crash of the daemon)")
+    else:
+        recovered = f"; {info.recovered_jobs} job(s) recovered at start" if info.recovered_jobs else ""
+        print(f"  journal: {info.journal}{recovered}")
     return 0
 
 

@@ -199,6 +199,8 @@ class ControlServer(LineServer):
             app_address=d.app_address,
             nodes=node_infos(d.core.nodes),
             jobs_by_state=dict(counts),
+            journal=None if d.journal is None else str(d.journal.path),
+            recovered_jobs=d.recovered_jobs,
         )
 
 
