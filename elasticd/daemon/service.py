@@ -259,6 +259,7 @@ class Daemon:
         from elastic_protocol.jobspec import JobSpec
 
         now = self.now()
+        t0 = time.perf_counter()
         jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
         misplaced = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
         for jid in misplaced:
@@ -267,8 +268,8 @@ class Daemon:
         self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
         self.job_values = {j: v for j, v in saved.values.items() if j in active}
         self.recovered_jobs = len(jobs)
-        log.info("journal: recovered %d job(s): %d pending, %d running", len(jobs),
-                 len(self.core.pending_ids), len(active))
+        log.info("journal: recovered %d job(s): %d pending, %d running, in %.2f s", len(jobs),
+                 len(self.core.pending_ids), len(active), time.perf_counter() - t0)
         return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
 
     async def _recover(self) -> None:
