@@ -131,7 +131,7 @@ def stop_daemon(record: DaemonRecord, timeout: float = 30.0) -> str:
 
 @contextmanager
 def bench_daemon(nodes: int, policy: str = "easy", log_level: str = "INFO",
-                 keep: bool = False) -> Iterator[BenchDaemon]:
+                 keep: bool = False, extra: list[str] | None = None) -> Iterator[BenchDaemon]:
     """A daemon with `nodes` local nodes for the duration of the block; always cleaned up."""
     tmp = Path(tempfile.mkdtemp(prefix="elastic-bench-"))
     state_dir = tmp / "state"
@@ -142,7 +142,8 @@ def bench_daemon(nodes: int, policy: str = "easy", log_level: str = "INFO",
     # into SystemExit so the daemon is still stopped.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        record = start_detached(state_dir, local=nodes, policy=policy, kill_wait=1.0, log_level=log_level)
+        record = start_detached(state_dir, local=nodes, policy=policy, kill_wait=1.0, log_level=log_level,
+                                extra=extra)
         yield BenchDaemon(record, state_dir, work_dir)
     finally:
         # If start_detached was interrupted after the daemon wrote its record, find it there.

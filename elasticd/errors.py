@@ -86,3 +86,9 @@ class ResizeRejected(ElasticError):
     """A resize asked for by a user that the job cannot take now; says why."""
 
     code = "resize_rejected"
+
+
+class JournalError(ElasticError):
+    """The journal in the state directory cannot be opened, read or written."""
+
+    code = "journal"

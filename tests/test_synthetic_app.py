@@ -72,7 +72,8 @@ def test_synthetic_job_costs_almost_no_cpu(daemon: RunningDaemon, workdir: Path)
     procs = []
     for p in psutil.process_iter(["cwd", "environ"]):
         try:
-            if p.info["cwd"] == str(workdir) and (p.info["environ"] or {}).get("ELASTIC_JOB_ID") == str(jid):
+            if p.info["cwd"] == str(workdir) and (p.info["environ"] or {}).get("ELASTIC_JOB_ID") == str(jid) \
+                    and p.cmdline()[:2] != ["/bin/sh", "-c"]:  # not the launcher's exit-status wrapper
                 procs.append(p)
         except psutil.Error:
             continue

@@ -3,6 +3,15 @@
 One background thread reads the socket: replies go to whoever is waiting for them, orders
 to a second thread that runs the handler, so a slow handler never blocks a reply and the
 application's own threads are never interrupted.
+
+The daemon may be restarted under a running job (after a crash it recovers from its
+journal, on the same address, with the same job secrets). When the connection drops
+without close() having been called, the reader thread reconnects for up to
+ELASTIC_RECONNECT_SECONDS (default 120): hello again, register again if the job was
+registered, then `resume` saying which order it is handling and which hosts it runs on.
+A request that was waiting for a reply meanwhile is sent once more on the new connection,
+so the answer to an order in flight reaches the restarted daemon. A first connection that
+is refused (the daemon is restarting) is retried the same way.
 """
 
 from __future__ import annotations
@@ -10,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +36,14 @@ log = logging.getLogger("elastic_apps")
 PROTOCOL_VERSION = 1
 MAX_LINE = 8192
 _ORDER_VERBS = ("shrink", "grow")
+_ANSWER_VERBS = ("shrunk", "grown", "refuse", "defer")
+
+
+def _reconnect_window() -> float:
+    try:
+        return max(0.0, float(os.environ.get("ELASTIC_RECONNECT_SECONDS", "120")))
+    except ValueError:
+        return 120.0
 
 
 class JobChannel:
@@ -39,7 +58,13 @@ class JobChannel:
         self._send_lock = threading.Lock()
         self._replies: queue.Queue[str | None] = queue.Queue()
         self._orders: queue.Queue[str | None] = queue.Queue()
-        self._closed = threading.Event()
+        self._closed = threading.Event()  # for good: close() was called or reconnecting failed
+        self._connected = threading.Event()  # cleared while the reader reconnects
+        self._buf = b""
+        self._registered = False
+        self._current_order: str | None = None  # the order id the handler is answering
+        self.reconnect_for = _reconnect_window()
+        self.reconnects = 0
         self._order_idle = threading.Event()
         self._order_idle.set()
         self._listeners: list[Callable[[str], None]] = []
@@ -52,10 +77,12 @@ class JobChannel:
         return ch
 
     def open(self) -> None:
-        sock = socket.create_connection(self.env.app_address, timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._dial(time.monotonic() + self.reconnect_for)
+        if sock is None:
+            raise ChannelClosed(f"cannot connect to the daemon at {self.env.app_address[0]}:{self.env.app_address[1]}")
         sock.settimeout(None)
         self._sock = sock
+        self._connected.set()
         threading.Thread(target=self._read_loop, name="elastic-reader", daemon=True).start()
         threading.Thread(target=self._order_loop, name="elastic-orders", daemon=True).start()
         self._request(f"hello {PROTOCOL_VERSION} {self.env.job_id} {self.env.secret}")
@@ -69,6 +96,7 @@ class JobChannel:
     def close(self) -> None:
         if self._sock is not None and not self._closed.is_set():
             self._closed.set()
+            self._connected.set()  # wake a request waiting for a reconnection: it fails
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -93,16 +121,19 @@ class JobChannel:
             self._loop = None
         self.handler = handler
         self._request("register")
+        self._registered = True
 
     async def aregister(self, handler: MalleableHandler) -> None:
         """register() for asyncio code: does not block the event loop."""
         self._loop = asyncio.get_running_loop()
         self.handler = handler
         await asyncio.to_thread(self._request, "register")
+        self._registered = True
 
     def disable(self) -> None:
         """Deregister for good before a final phase; waits for an order being handled."""
         self._order_idle.wait(self.timeout)
+        self._registered = False
         self._request("deregister")
         self.handler = None
 
@@ -151,49 +182,157 @@ class JobChannel:
 
     # ---- machinery -------------------------------------------------------------------
     def _request(self, line: str) -> str:
-        if self._sock is None or self._closed.is_set():
-            raise ChannelClosed("not connected to the daemon")
-        with self._send_lock:
-            try:
-                self._sock.sendall(line.encode("ascii") + b"\n")
-            except OSError as exc:
-                raise ChannelClosed(f"connection to the daemon lost: {exc}") from None
-            try:
-                reply = self._replies.get(timeout=self.timeout)
-            except queue.Empty:
-                raise ChannelClosed(f"no reply to {line.split()[0]!r} within {self.timeout} s") from None
-        if reply is None:
-            raise ChannelClosed("connection to the daemon closed")
+        """Send a line, wait for its reply; once more on a new connection if the old one dropped."""
+        for attempt in range(2):
+            reply = self._exchange(line)
+            if reply is not None:
+                break
+            if not self._wait_reconnected():
+                raise ChannelClosed("connection to the daemon closed")
+        else:
+            raise ChannelClosed("connection to the daemon lost twice during one request")
         if reply.startswith("error "):
             _, code, *rest = reply.split(" ", 2)
+            if attempt and code == "unknown_order" and line.split(" ", 1)[0] in _ANSWER_VERBS:
+                # Its first sending reached the daemon before the connection dropped.
+                return "ok " + line.split(" ", 1)[0]
             raise DaemonRefused(code, rest[0] if rest else "")
         return reply
 
+    def _exchange(self, line: str) -> str | None:
+        """One send and its reply; None when the connection dropped meanwhile."""
+        if self._sock is None or self._closed.is_set():
+            raise ChannelClosed("not connected to the daemon")
+        with self._send_lock:
+            if not self._connected.is_set():
+                return None
+            try:
+                self._sock.sendall(line.encode("ascii") + b"\n")
+            except OSError:
+                return None
+            try:
+                return self._replies.get(timeout=self.timeout)
+            except queue.Empty:
+                raise ChannelClosed(f"no reply to {line.split()[0]!r} within {self.timeout} s") from None
+
+    def _wait_reconnected(self) -> bool:
+        self._connected.wait(self.reconnect_for + self.timeout)
+        return self._connected.is_set() and not self._closed.is_set()
+
+    def _dial(self, deadline: float) -> socket.socket | None:
+        """Connect, retrying while refused (a daemon restarting) until the deadline."""
+        delay = 0.05
+        while not self._closed.is_set():
+            try:
+                sock = socket.create_connection(self.env.app_address, timeout=self.timeout)
+            except OSError:
+                if time.monotonic() + delay > deadline:
+                    return None
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        return None
+
     def _read_loop(self) -> None:
-        assert self._sock is not None
-        buf = b""
         try:
             while True:
-                chunk = self._sock.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                while b"\n" in buf:
-                    raw, buf = buf.split(b"\n", 1)
-                    line = raw.decode("ascii", "replace").rstrip("\r")
-                    if line.split(" ", 1)[0] in _ORDER_VERBS:
-                        self._order_idle.clear()
-                        self._orders.put(line)
-                    else:
-                        self._replies.put(line)
-                if len(buf) > MAX_LINE:
-                    break
-        except OSError:
-            pass
+                self._read_until_eof()
+                if self._closed.is_set() or self.reconnect_for <= 0:
+                    return
+                self._connected.clear()
+                self._replies.put(None)  # a request waiting for a reply: send again later
+                if not self._reconnect():
+                    log.error("elastic: lost the daemon and could not reconnect within %g s", self.reconnect_for)
+                    return
         finally:
             self._closed.set()
+            self._connected.set()
             self._replies.put(None)
             self._orders.put(None)
+
+    def _read_until_eof(self) -> None:
+        assert self._sock is not None
+        try:
+            while True:
+                line = self._next_line(self._sock)
+                if line is None:
+                    return
+                if line.split(" ", 1)[0] in _ORDER_VERBS:
+                    self._order_idle.clear()
+                    self._orders.put(line)
+                else:
+                    self._replies.put(line)
+        except OSError:
+            return
+
+    def _next_line(self, sock: socket.socket) -> str | None:
+        while b"\n" not in self._buf:
+            if len(self._buf) > MAX_LINE:
+                return None
+            chunk = sock.recv(65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\n", 1)
+        return raw.decode("ascii", "replace").rstrip("\r")
+
+    def _reconnect(self) -> bool:
+        """Connect again, say who we are and what we are doing; the reader thread's work."""
+        deadline = time.monotonic() + self.reconnect_for
+        log.warning("elastic: connection to the daemon lost; reconnecting")
+        with self._send_lock:
+            while not self._closed.is_set():
+                sock = self._dial(deadline)
+                if sock is None:
+                    return False
+                self._buf = b""
+                while not self._replies.empty():  # stale wake-ups of the old connection
+                    self._replies.get_nowait()
+                try:
+                    self._handshake(sock)
+                except DaemonRefused as exc:
+                    log.error("elastic: the restarted daemon refused the job: %s", exc)
+                    sock.close()
+                    return False
+                except OSError:
+                    sock.close()
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.1)
+                    continue
+                old, self._sock = self._sock, sock
+                if old is not None:
+                    old.close()
+                self.reconnects += 1
+                self._connected.set()
+                log.warning("elastic: reconnected to the daemon")
+                return True
+        return False
+
+    def _handshake(self, sock: socket.socket) -> None:
+        sock.settimeout(self.timeout)
+        lines = [f"hello {PROTOCOL_VERSION} {self.env.job_id} {self.env.secret}"]
+        if self._registered:
+            lines.append("register")
+        order = self._current_order
+        lines.append("resume" + (f" order={order}" if order else "") + "".join(f" {h}" for h in self.hosts))
+        for line in lines:
+            sock.sendall(line.encode("ascii") + b"\n")
+            while True:
+                reply = self._next_line(sock)
+                if reply is None:
+                    raise OSError("connection closed during the handshake")
+                if reply.split(" ", 1)[0] in _ORDER_VERBS:
+                    self._order_idle.clear()
+                    self._orders.put(reply)
+                    continue
+                break
+            if reply.startswith("error "):
+                _, code, *rest = reply.split(" ", 2)
+                raise DaemonRefused(code, rest[0] if rest else "")
+        sock.settimeout(None)
 
     def _order_loop(self) -> None:
         while True:
@@ -230,8 +369,15 @@ class JobChannel:
         if h is None:
             self._request(f"refuse order={order} no handler registered")
             return
+        self._current_order = order
         try:
-            if words[0] == "shrink":
+            self._answer_order(h, words[0], n, args, order)
+        finally:
+            self._current_order = None
+
+    def _answer_order(self, h: MalleableHandler, verb: str, n: int, args: list[str], order: str) -> None:
+        try:
+            if verb == "shrink":
                 removed = [str(x) for x in self._call(h.pre_shrink, n)]
                 self._request(f"shrunk order={order} " + " ".join(removed))
                 self.hosts = [x for x in self.hosts if x not in set(removed)]
@@ -253,7 +399,7 @@ class JobChannel:
         except ChannelClosed:
             raise
         except Exception as exc:
-            log.exception("elastic: handler failed on %s", words[0])
+            log.exception("elastic: handler failed on %s", verb)
             self._request(f"refuse order={order} handler raised {type(exc).__name__}")
 
 

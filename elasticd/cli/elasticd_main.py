@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.add_argument("--no-journal", action="store_true",
+                   help="do not save jobs in the state directory (nothing survives a crash; for measurements)")
     add_cluster_args(s)
     add_limit_args(s)
     add_state_dir(s)
@@ -108,8 +110,9 @@ def cmd_start(args: argparse.Namespace) -> int:
                     "stop it with `elasticd stop` or use another --state-dir")
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
+    extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else [])
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
-                         log_level=args.log_level, extra=tuning_args(args) + settings.passthrough() + limit_passthrough(args),
+                         log_level=args.log_level, extra=extra + limit_passthrough(args),
                          timeout=20.0 + settings.connect_timeout)
     kind = "local nodes" if cluster.mode == "local" else f"nodes from {cluster.source}"
     print(f"elasticd started (pid {rec.pid}): {len(cluster.nodes)} {kind}: {cluster.folded}, "
@@ -143,7 +146,7 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        order_deadline=args.order_deadline, min_resize_interval=args.min_resize_interval,
                        schedule_interval=args.schedule_interval, mode=settings.mode,
                        launcher=settings.launcher, launcher_options=settings.launcher_options(),
-                       policy_params=list(args.policy_param),
+                       policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None,
                        **limit_settings(args))
 
@@ -197,6 +200,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"    {n.name:<12} {n.state:<10} {'' if n.job_id is None else 'job ' + str(n.job_id)}")
     jobs = ", ".join(f"{v} {k}" for k, v in sorted(info.jobs_by_state.items())) or "none"
     print(f"  jobs: {jobs}")
+    if info.journal is None:
+        print("  journal: none (jobs do not survive a crash of the daemon)")
+    else:
+        recovered = f"; {info.recovered_jobs} job(s) recovered at start" if info.recovered_jobs else ""
+        print(f"  journal: {info.journal}{recovered}")
     return 0
 
 

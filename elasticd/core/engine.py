@@ -72,11 +72,15 @@ class Core:
         # call goes through job() or _touch()) or its deferral expired: a pass per event
         # on a 4,000-node trace must not rebuild every running job's view each time.
         self._views: dict[int, tuple[RunningView, float]] = {}
+        # Jobs that may have changed since the driver last took them (take_changed): what a
+        # journal writes. Every mutation goes through job(), _touch() or submit().
+        self._changed: set[int] = set()
 
     # ---- queries -------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
         """The job, for reading or changing it (its cached policy view is dropped)."""
         self._views.pop(job_id, None)
+        self._changed.add(job_id)
         try:
             return self.jobs[job_id]
         except KeyError:
@@ -84,7 +88,54 @@ class Core:
 
     def _touch(self, job_id: int) -> Job | None:
         self._views.pop(job_id, None)
+        self._changed.add(job_id)
         return self.jobs.get(job_id)
+
+    def take_changed(self) -> list[Job]:
+        """The jobs changed since the last call (in id order), for the driver to save."""
+        if not self._changed:
+            return []
+        ids = sorted(self._changed)
+        self._changed.clear()
+        return [self.jobs[j] for j in ids if j in self.jobs]
+
+    @property
+    def next_order_id(self) -> int:
+        return self._next_order
+
+    def restore(self, jobs: list[Job], next_order: int, now: float) -> list[int]:
+        """Take back the jobs a previous daemon saved, before anything else happens.
+
+        Pending jobs keep their queue order (job id order, as submitted) and new ids
+        continue after the highest one. Jobs that held nodes hold the same ones again but
+        are not ready for orders until their application reconnects and registers. Returns
+        the ids of such jobs whose nodes are not part of this cluster any more: the driver
+        ends them (`lost`).
+        """
+        misplaced: list[int] = []
+        for job in sorted(jobs, key=lambda j: j.job_id):
+            self.jobs[job.job_id] = job
+            self._next_id = max(self._next_id, job.job_id + 1)
+            if job.state is JobState.PENDING:
+                self._pending[job.job_id] = self._pending_view(job)
+            elif job.state.holds_nodes:
+                self._active[job.job_id] = None
+                job.malleable_ready = False
+                job.record(now, "recovered", "daemon restarted")
+                try:
+                    self.nodes.claim(job.job_id, job.hosts)
+                except (KeyError, InvalidTransition):
+                    job.hosts = []
+                    misplaced.append(job.job_id)
+        self._next_order = max(self._next_order, next_order)
+        return misplaced
+
+    def lost(self, job_id: int, now: float, why: str) -> None:
+        """None of the job's processes is left and how they ended is unknown (NODE_FAIL)."""
+        job = self.job(job_id)
+        if not job.state.holds_nodes:
+            raise InvalidTransition(f"job {job_id}: lost while {job.state.value}")
+        self._finish(job, now, JobState.NODE_FAIL, None, None, why)
 
     @property
     def pending_ids(self) -> list[int]:
@@ -196,6 +247,7 @@ class Core:
         self._next_id += 1
         self.jobs[job.job_id] = job
         self._pending[job.job_id] = self._pending_view(job)
+        self._changed.add(job.job_id)
         job.record(now, "submitted")
         return job
 

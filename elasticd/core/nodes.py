@@ -89,6 +89,27 @@ class NodeTable:
         self._free_count -= count
         return chosen
 
+    def claim(self, job_id: int, hosts: list[str]) -> None:
+        """Give the job exactly these free nodes (a job found again after a daemon restart)."""
+        idx = [self.index[h] for h in hosts]
+        taken = [self.names[i] for i in idx if self._owner[i] is not None]
+        if taken or len(set(idx)) != len(idx):
+            raise InvalidTransition(f"job {job_id}: nodes {' '.join(taken) or 'named twice'} not free")
+        for i in idx:
+            self._owner[i] = job_id
+            if self.names[i] not in self.down:
+                self._take_free(i)
+
+    def _take_free(self, i: int) -> None:
+        """Remove index i from the free intervals (it must be in one)."""
+        j = bisect.bisect_right(self._starts, i) - 1
+        s, e = self._starts[j], self._ends[j]
+        del self._starts[j], self._ends[j]
+        for a, b in ((s, i), (i + 1, e)):
+            if a < b:
+                self._insert_free(a, b)
+        self._free_count -= 1
+
     def release(self, job_id: int, hosts: list[str]) -> None:
         if not hosts:
             return
@@ -118,13 +139,7 @@ class NodeTable:
         self.down.add(name)
         i = self.index[name]
         if self._owner[i] is None:
-            j = bisect.bisect_right(self._starts, i) - 1
-            s, e = self._starts[j], self._ends[j]
-            del self._starts[j], self._ends[j]
-            for a, b in ((s, i), (i + 1, e)):
-                if a < b:
-                    self._insert_free(a, b)
-            self._free_count -= 1
+            self._take_free(i)
 
     def mark_up(self, name: str) -> None:
         if name not in self.down:

@@ -96,6 +96,7 @@ class AppServer(LineServer):
                 except Exception:
                     log.exception("app: job %d: internal error", job_id)
                     reply = error_line("internal", "internal error; see the daemon log")
+                d.persist()  # saved before the application hears of it
                 await _reply(writer, reply)
         except ProtocolError as exc:
             self.refused(peer, f"{exc.code}: {exc}" if job_id is None else f"job {job_id}: {exc.code}: {exc}")
@@ -175,6 +176,12 @@ class AppServer(LineServer):
             text = " ".join(msg.args)
             d.app_answer(job_id, verb, order_id, list(msg.args), text)
             return f"ok {verb} order={order_id}"
+        if verb == "resume":
+            text = msg.options.get("order")
+            if text is not None and not text.isdigit():
+                raise MalformedMessage("resume: order=ID must be a number")
+            d.app_resume(job_id, None if text is None else int(text), list(msg.args))
+            return "ok resume"
         if verb == "request":
             n = parse_count(msg)
             d.app_request(job_id, n)
@@ -193,7 +200,7 @@ class AppServer(LineServer):
             size = sum(len(k) + len(v) for k, v in values.items() if k != msg.args[0])
             if size + len(msg.args[0]) + len(msg.args[1]) > MAX_VALUE_BYTES:
                 raise OrderRejected("busy", f"at most {MAX_VALUE_BYTES} bytes of values per job")
-            values[msg.args[0]] = msg.args[1]
+            d.put_value(job_id, msg.args[0], msg.args[1])
             return f"ok put {msg.args[0]}"
         if verb == "get":
             if len(msg.args) != 1:

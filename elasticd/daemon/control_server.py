@@ -76,7 +76,9 @@ class ControlServer(LineServer):
                 line = await read_line(reader, self.max_line)
                 if line is None:
                     break
-                writer.write(await self._dispatch(line))
+                reply = await self._dispatch(line)
+                d.persist()  # saved before it is acknowledged
+                writer.write(reply)
                 await writer.drain()
                 if d._stopped.is_set():
                     break
@@ -201,6 +203,8 @@ class ControlServer(LineServer):
             app_address=d.app_address,
             nodes=node_infos(d.core.nodes),
             jobs_by_state=dict(counts),
+            journal=None if d.journal is None else str(d.journal.path),
+            recovered_jobs=d.recovered_jobs,
         )
 
 

@@ -4,6 +4,12 @@ into processes.
 Everything that changes job state runs on the event loop thread, one event at a time, so
 the core needs no locks. Scheduling is coalesced: many events in one loop iteration (a
 burst of submissions) cost one policy call.
+
+Crash safety: what the core changed is saved in the journal (elasticd.daemon.journal)
+before any reply is written and before any action is carried out (`persist`). A daemon
+started on a state directory whose journal holds jobs takes them back (`_recover`): the
+queue as it was, running jobs on the same nodes with their processes found again by the
+launcher, their applications reconnecting to the same ports with the same secrets.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +31,8 @@ from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__
 from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.record import restore_job
+from elasticd.daemon.journal import Journal
 from elasticd.errors import LaunchError, OrderRejected, QueueFull
 from elasticd.launch.base import LaunchRequest
 from elasticd.launch.choose import make_launcher
@@ -61,6 +70,8 @@ class DaemonConfig:
     # Cluster mode: how processes reach the nodes (local | ssh | srun), and its settings.
     launcher: str = "local"
     launcher_options: dict[str, Any] = field(default_factory=dict)
+    # Save every state change in the state directory and recover from it at start.
+    journal: bool = True
 
 
 @dataclass
@@ -111,8 +122,11 @@ class Daemon:
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._persist_pending = False
         self.control_address = ""
         self.app_address = ""
+        self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
+        self.recovered_jobs = 0
 
     @staticmethod
     def now() -> float:
@@ -127,8 +141,9 @@ class Daemon:
         cfg = self.config
         control = ControlServer(self)
         app = AppServer(self)
-        csrv = await control.start(cfg.listen_host, cfg.control_port)
-        asrv = await app.start(cfg.app_host, cfg.app_port)
+        ports = self._restore()
+        csrv = await _listen(control, cfg.listen_host, cfg.control_port or ports.get("control_port", 0), "control")
+        asrv = await _listen(app, cfg.app_host, cfg.app_port or ports.get("app_port", 0), "application")
         start_launcher = getattr(self.launcher, "start", None)
         if start_launcher is not None:
             # Cluster mode: reach every node before taking jobs; unreachable ones start down.
@@ -137,6 +152,11 @@ class Daemon:
         ahost, aport = asrv.sockets[0].getsockname()[:2]
         self.control_address = f"{chost}:{cport}"
         self.app_address = f"{ahost}:{aport}"
+        if self.journal is not None:
+            # Applications of running jobs reconnect to the same address after a restart.
+            self.journal.save_meta({"control_port": str(cport), "app_port": str(aport)})
+        await self._recover()
+        self.persist()
         write_record(
             cfg.state_dir,
             DaemonRecord(
@@ -171,6 +191,10 @@ class Daemon:
             await app.close_all()
             await control.close_all()
             await self.launcher.close()
+            if self.journal is not None:
+                # A stop ends every job: nothing is left for a later daemon to recover.
+                self.journal.close(remove=self.stopping)
+                self.journal = None
             remove_record(cfg.state_dir, os.getpid())
             log.info("elasticd stopped")
 
@@ -205,6 +229,89 @@ class Daemon:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("internal task failed", exc_info=task.exception())
+
+    # ---- the journal -----------------------------------------------------------------
+    def persist(self) -> None:
+        """Save what changed; called before any reply is written or any action carried out."""
+        self._persist_pending = False
+        changed = self.core.take_changed()
+        j = self.journal
+        if j is None:
+            return
+        try:
+            if changed:
+                j.save_jobs(changed)
+            j.save_meta({"next_order": str(self.core.next_order_id)})
+            j.commit()
+        except sqlite3.Error:
+            # A full disk must not take the jobs down; the journal is behind until it heals.
+            log.exception("journal: could not save %d job(s)", len(changed))
+
+    def _persist_soon(self) -> None:
+        """Save at the end of this loop turn the changes that have no reply or action."""
+        if not self._persist_pending:
+            self._persist_pending = True
+            asyncio.get_running_loop().call_soon(self.persist)
+
+    def _restore(self) -> dict[str, int]:
+        """Take the saved jobs into the core; the ports the previous daemon listened on."""
+        if self.journal is None:
+            return {}
+        saved = self.journal.load()
+        if saved.empty:
+            return {}
+        from elastic_protocol.jobspec import JobSpec
+
+        now = self.now()
+        t0 = time.perf_counter()
+        jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
+        misplaced = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
+        for jid in misplaced:
+            self.core.lost(jid, now, "its nodes are not part of the restarted daemon's cluster")
+        active = set(self.core.active_ids)
+        self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
+        self.job_values = {j: v for j, v in saved.values.items() if j in active}
+        self.recovered_jobs = len(jobs)
+        log.info("journal: recovered %d job(s): %d pending, %d running, in %.2f s", len(jobs),
+                 len(self.core.pending_ids), len(active), time.perf_counter() - t0)
+        return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
+
+    async def _recover(self) -> None:
+        """Find the processes of the jobs that were running and settle what was in flight."""
+        now = self.now()
+        adopt = getattr(self.launcher, "adopt", None)
+        for jid in self.core.active_ids:
+            job = self.core.job(jid)
+            found: list[str] = []
+            if adopt is not None:
+                found = await adopt(jid, tuple(job.hosts), self._job_dir(jid))
+            if not found:
+                why = ("its processes were gone when the daemon restarted" if adopt is not None
+                       else f"the {self.config.launcher} launcher cannot find processes again after a restart")
+                log.warning("job %d: %s: NODE_FAIL", jid, why)
+                self.core.lost(jid, now, why)
+                self._job_ended(jid)
+                continue
+            log.info("job %d: found again on %s", jid, ",".join(found))
+            self._arm_limit(jid)
+            order = job.order
+            if job.ending_as is not None:
+                self._execute([Terminate(jid, tuple(job.hosts), job.ending_as)])
+            elif order is not None and not order.settled:
+                if order.kind == "grow" and not set(order.new_hosts) <= set(found):
+                    # Its processes on the new hosts were never started: take them back.
+                    self._execute(self.core.order_undeliverable(jid, order.order_id, now))
+                else:
+                    # Settled when the application reconnects (resume) or at the deadline.
+                    loop = asyncio.get_running_loop()
+                    self._timers.orders[order.order_id] = loop.call_later(
+                        self.config.order_deadline, self._order_deadline, jid, order.order_id)
+            if job.leaving:
+                self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
+        self._schedule_soon()
+
+    def _job_dir(self, job_id: int) -> Path:
+        return self.config.state_dir / "jobs" / str(job_id)
 
     # ---- events into the core ------------------------------------------------------
     def submit(self, spec: JobSpec) -> int:
@@ -296,6 +403,26 @@ class Daemon:
         self._notify()
         self._schedule_soon()
 
+    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str]) -> None:
+        """An application reconnected (after a daemon restart) and said what it is doing.
+
+        An open order it is not handling never reached it: the order is dropped (a grow's
+        new hosts are taken back). One it is handling stays open for its answer.
+        """
+        job = self.core.job(job_id)
+        order = job.order
+        now = self.now()
+        if order is not None and not order.settled and order.order_id != order_id:
+            log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
+            self._order_settled(order.order_id)
+            self._execute(self.core.order_undeliverable(job_id, order.order_id, now))
+            self._notify()
+            self._schedule_soon()
+        held = sorted(h for h in job.hosts if h not in job.leaving)
+        if order_id is None and hosts and sorted(hosts) != held:
+            log.warning("job %d: the application says it runs on %s, the daemon has %s", job_id,
+                        ",".join(hosts), ",".join(held))
+
     def app_request(self, job_id: int, count: int) -> None:
         self.core.request_nodes(job_id, count, self.now())
         self._schedule_soon()
@@ -304,6 +431,7 @@ class Daemon:
         self._execute(self.core.release_hosts(job_id, hosts, self.now()))
 
     def _schedule_soon(self) -> None:
+        self._persist_soon()
         if self._schedule_pending or self.stopping:
             return
         self._schedule_pending = True
@@ -320,6 +448,13 @@ class Daemon:
             log.exception("scheduling failed; the queue is kept and retried at the next event")
 
     def _execute(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        for a in actions:
+            if isinstance(a, Launch):
+                # Made (and saved) before the processes exist: they reconnect with it later.
+                self._set_secret(a.job_id, secrets.token_hex(16))
+        self.persist()
         for a in actions:
             if isinstance(a, Launch):
                 self._spawn(self._launch(a))
@@ -374,7 +509,7 @@ class Daemon:
             all_hosts=a.all_hosts,
             app_address=self.app_address,
             job_secret=self.job_secrets.get(a.job_id, ""),
-            job_dir=self.config.state_dir / "jobs" / str(a.job_id),
+            job_dir=self._job_dir(a.job_id),
             joining=True,
         )
         try:
@@ -396,18 +531,30 @@ class Daemon:
         self._notify()
         self._schedule_soon()
 
+    def _set_secret(self, job_id: int, secret: str | None) -> None:
+        if secret is None:
+            if self.job_secrets.pop(job_id, None) is None:
+                return
+        else:
+            self.job_secrets[job_id] = secret
+        if self.journal is not None:
+            self.journal.save_secret(job_id, secret)
+
+    def put_value(self, job_id: int, key: str, value: str) -> None:
+        self.job_values.setdefault(job_id, {})[key] = value
+        if self.journal is not None:
+            self.journal.save_value(job_id, key, value)
+
     async def _launch(self, a: Launch) -> None:
         job = self.core.job(a.job_id)
-        secret = secrets.token_hex(16)
-        self.job_secrets[a.job_id] = secret
         req = LaunchRequest(
             job_id=a.job_id,
             spec=job.spec,
             hosts=a.hosts,
             all_hosts=a.hosts,
             app_address=self.app_address,
-            job_secret=secret,
-            job_dir=self.config.state_dir / "jobs" / str(a.job_id),
+            job_secret=self.job_secrets.get(a.job_id, ""),
+            job_dir=self._job_dir(a.job_id),
         )
         try:
             await self.launcher.launch(req)
@@ -421,11 +568,15 @@ class Daemon:
             # Cancelled while its processes were being started.
             await self.launcher.terminate(a.job_id, a.hosts)
             return
+        self._arm_limit(a.job_id)
+
+    def _arm_limit(self, job_id: int) -> None:
+        job = self.core.jobs[job_id]
         limit = job.time_limit
         if limit is not None and job.start_time is not None:
             delay = max(0.0, job.start_time + limit - self.now())
             loop = asyncio.get_running_loop()
-            self._timers.limits[a.job_id] = loop.call_later(delay, self._limit_reached, a.job_id)
+            self._timers.limits[job_id] = loop.call_later(delay, self._limit_reached, job_id)
 
     def _limit_reached(self, job_id: int) -> None:
         self._timers.limits.pop(job_id, None)
@@ -442,13 +593,16 @@ class Daemon:
         handle = self._timers.limits.pop(job_id, None)
         if handle is not None:
             handle.cancel()
-        self.job_secrets.pop(job_id, None)
+        self._set_secret(job_id, None)
         self.app_links.pop(job_id, None)
-        self.job_values.pop(job_id, None)
+        if self.job_values.pop(job_id, None) is not None and self.journal is not None:
+            self.journal.save_value(job_id, None, None)
         self._notify()
         self._schedule_soon()
 
     def _notify(self) -> None:
+        self._persist_soon()
+
         async def notify() -> None:
             async with self._changed:
                 self._changed.notify_all()
@@ -468,3 +622,15 @@ class Daemon:
             except TimeoutError:
                 return False
         return True
+
+
+async def _listen(server: Any, host: str, port: int, what: str) -> asyncio.Server:
+    """Listen on `port` (the one a previous daemon used, after a restart); any port if taken."""
+    try:
+        return await server.start(host, port)
+    except OSError as exc:
+        if port == 0:
+            raise
+        log.warning("%s channel: port %d is taken (%s); listening on another one: applications "
+                    "of recovered jobs cannot reconnect", what, port, exc.strerror)
+        return await server.start(host, 0)

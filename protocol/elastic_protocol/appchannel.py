@@ -15,6 +15,7 @@ from elastic_protocol.errors import MalformedMessage
 APP_VERBS = {
     "hello",        # hello VERSION JOB_ID SECRET [host=H] [pid=P]
     "register",     # register            -> the job becomes malleable-ready
+    "resume",       # resume [order=ID] HOST... -> after reconnecting: the order it is handling, its hosts
     "deregister",   # deregister          -> no more orders, for good
     "shrunk",       # shrunk HOST...      -> answer to `shrink N`: the hosts released
     "grown",        # grown HOST...       -> answer to `grow N ...`: the hosts now in use

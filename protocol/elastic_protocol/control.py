@@ -162,3 +162,7 @@ class StatusInfo(BaseModel):
     app_address: str
     nodes: list[NodeInfo]
     jobs_by_state: dict[str, int]
+    # The journal file (None: the daemon runs without one) and how many jobs this daemon
+    # took back from it when it started (after a crash of the previous one).
+    journal: str | None = None
+    recovered_jobs: int = 0

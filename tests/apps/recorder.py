@@ -1,7 +1,7 @@
 """A test application: records every handler call and is steered through files in its
 working directory, so tests can drive it step by step.
 
-MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink
+MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink
 Files the test creates: `finish` (everyone exits), `disable` (leader deregisters),
 `request-N` (leader asks for N nodes), `release-HOST` (leader releases HOST).
 """
@@ -38,6 +38,8 @@ class Recorder(MalleableHandler):
             time.sleep(30)
         if MODE == "die_on_shrink":
             os._exit(7)
+        if MODE == "slow_shrink":
+            time.sleep(float(os.environ.get("SLOW", "2")))
         others = [h for h in self.job.hosts if h != self.job.env.host]
         return others[:n] if MODE == "choose_first" else others[-n:]
 

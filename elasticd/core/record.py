@@ -1,0 +1,72 @@
+"""A job's state as plain data (dicts of JSON types) and back, for the daemon's journal.
+
+Pure: the core hands out what changed and takes back what was saved; where the data is
+kept, and when it is written, is the daemon's business. The spec travels separately (it
+never changes after submission, so the journal writes it once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elastic_protocol.jobspec import JobSpec
+
+from elasticd.core.job import Job, JobEvent
+from elasticd.core.orders import Order
+from elasticd.core.states import JobState
+
+
+def job_state(job: Job) -> dict[str, Any]:
+    """Everything about the job that changes after submission."""
+    o = job.order
+    return {
+        "submit_time": job.submit_time,
+        "state": job.state.value,
+        "hosts": job.hosts,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "exit_code": job.exit_code,
+        "exit_signal": job.exit_signal,
+        "reason": job.reason,
+        "ending_as": None if job.ending_as is None else job.ending_as.value,
+        "malleable_ready": job.malleable_ready,
+        "deregistered": job.deregistered,
+        "last_resize": job.last_resize,
+        "order": None if o is None else [o.order_id, o.kind, o.count, list(o.new_hosts), o.issued,
+                                         o.deadline, o.settled],
+        "leaving": sorted(job.leaving),
+        "requested": job.requested,
+        "requested_at": job.requested_at,
+        "no_orders_until": job.no_orders_until,
+        "refused_until": job.refused_until,
+        "events": [[e.time, e.event, e.nodes, list(e.hosts), e.detail] for e in job.events],
+        "node_seconds": job.node_seconds,
+        "size_since": job._size_since,
+    }
+
+
+def restore_job(job_id: int, spec: JobSpec, data: dict[str, Any]) -> Job:
+    job = Job(job_id=job_id, spec=spec, submit_time=data["submit_time"])
+    job.state = JobState(data["state"])
+    job.hosts = list(data["hosts"])
+    job.start_time = data["start_time"]
+    job.end_time = data["end_time"]
+    job.exit_code = data["exit_code"]
+    job.exit_signal = data["exit_signal"]
+    job.reason = data["reason"]
+    job.ending_as = None if data["ending_as"] is None else JobState(data["ending_as"])
+    job.malleable_ready = data["malleable_ready"]
+    job.deregistered = data["deregistered"]
+    job.last_resize = data["last_resize"]
+    o = data["order"]
+    if o is not None:
+        job.order = Order(o[0], job_id, o[1], o[2], tuple(o[3]), o[4], o[5], o[6])
+    job.leaving = set(data["leaving"])
+    job.requested = data["requested"]
+    job.requested_at = data["requested_at"]
+    job.no_orders_until = data["no_orders_until"]
+    job.refused_until = data["refused_until"]
+    job.events = [JobEvent(t, ev, n, tuple(h), d) for t, ev, n, h, d in data["events"]]
+    job.node_seconds = data["node_seconds"]
+    job._size_since = data["size_since"]
+    return job

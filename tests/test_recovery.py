@@ -1,0 +1,268 @@
+"""Crash safety: SIGKILL the daemon, start a new one on the same state directory, and the
+jobs carry on -- queue order and ids kept, running jobs found again (their processes kept
+running, their applications reconnected), orders in flight settled, nothing run twice.
+
+(A node that vanishes mid-run is tested on the virtual cluster:
+test_cluster_vcluster.py::test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_cleaned_on_return.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from elastic_protocol.control import Resize, Submit
+from elastic_protocol.jobspec import JobSpec
+
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from test_malleability import app_log, finish, pid_of, recorder_job, submit
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def sigkill(d: RunningDaemon) -> None:
+    """The crash: the daemon's own pid only; its jobs' process groups are left alone."""
+    os.kill(d.record.pid, signal.SIGKILL)
+    psutil.Process(d.record.pid).wait(10)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def job_pgids(state_dir: Path) -> list[int]:
+    """Every job process group the daemons of this state directory started (wrapper pid files)."""
+    out = []
+    for f in (state_dir / "jobs").glob("*/proc-*.pid"):
+        try:
+            out.append(int(f.read_text()))
+        except ValueError:
+            continue
+    return out
+
+
+class Daemons:
+    """The daemons of one state directory, one after the other; all cleaned up at the end."""
+
+    def __init__(self, state_dir: Path, nodes: int, extra: list[str]) -> None:
+        self.state_dir, self.nodes, self.extra = state_dir, nodes, extra
+        self.current: RunningDaemon | None = None
+
+    def start(self) -> RunningDaemon:
+        self.current = start_daemon(self.state_dir, nodes=self.nodes, extra=self.extra)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None and alive(self.current.record.pid):
+            stop_daemon(self.current.record)
+        for pgid in job_pgids(self.state_dir):  # a failed test may have left jobs of a killed daemon
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Daemons]:
+    ds = Daemons(tmp_path / "state", 4, ["--order-deadline", "5"])
+    try:
+        yield ds
+    finally:
+        ds.close()
+
+
+def sleep_job(work: Path, name: str, seconds: float, nodes: int = 1) -> JobSpec:
+    return JobSpec(name=name, command=["sleep", str(seconds)], nodes=nodes, working_dir=str(work),
+                   output="out-%j.txt")
+
+
+def test_sigkilled_daemon_restarts_with_the_queue_in_order_running_jobs_found_and_new_ids_after(
+        daemons: Daemons, workdir: Path) -> None:
+    d = daemons.start()
+    with d.client() as c:
+        running = [c.request(Submit(spec=sleep_job(workdir, f"run{i}", 30)))["job_id"] for i in range(4)]
+        pending = [c.request(Submit(spec=sleep_job(workdir, f"wait{i}", 30, nodes=1 + i % 2)))["job_id"]
+                   for i in range(5)]
+    assert wait_until(lambda: all(j["state"] == "RUNNING" for j in d.jobs(*running).values()), 10)
+    pids = {j: int((d.state_dir / "jobs" / str(j) / f"proc-{d.job(j)['hosts'][0]}.pid").read_text()) for j in running}
+    old_app_port = d.record.app_port
+    sigkill(d)
+    assert all(alive(p) for p in pids.values()), "job processes must outlive the daemon"
+
+    d = daemons.start()
+    assert d.record.app_port == old_app_port
+    jobs = d.jobs()
+    assert [j for j, info in jobs.items() if info["state"] == "PENDING"] == pending
+    assert all(jobs[j]["state"] == "RUNNING" and jobs[j]["events"][-1]["event"] == "recovered" for j in running)
+    assert all(alive(p) for p in pids.values())
+    q = d.cli("equeue")
+    assert q.returncode == 0 and all(any(line.split()[:1] == [str(j)] for line in q.stdout.splitlines()) for j in running + pending), q.stdout
+    st = d.cli("elasticd", "status")
+    assert "9 job(s) recovered at start" in st.stdout and "5 PENDING, 4 RUNNING" in st.stdout, st.stdout
+    with d.client() as c:
+        new = c.request(Submit(spec=sleep_job(workdir, "after", 1)))["job_id"]
+    assert new == pending[-1] + 1
+    # The recovered processes are watched: ending one frees its node for the queue's head.
+    os.killpg(pids[running[0]], signal.SIGTERM)
+    d.wait([running[0]], timeout=10)
+    assert wait_until(lambda: d.job(pending[0])["state"] == "RUNNING", 10)
+
+
+def test_running_jobs_whose_processes_died_with_the_daemon_are_marked_node_fail(
+        daemons: Daemons, workdir: Path) -> None:
+    d = daemons.start()
+    with d.client() as c:
+        jid = c.request(Submit(spec=sleep_job(workdir, "doomed", 30, nodes=2)))["job_id"]
+        done = c.request(Submit(spec=sleep_job(workdir, "quick", 0.5)))["job_id"]
+    assert wait_until(lambda: d.job(jid)["state"] == "RUNNING" and d.job(done)["state"] == "RUNNING", 10)
+    sigkill(d)
+    for f in (d.state_dir / "jobs" / str(jid)).glob("proc-*.pid"):
+        os.killpg(int(f.read_text()), signal.SIGKILL)  # gone with their node, say
+    time.sleep(1.0)  # `quick` ends on its own while no daemon runs
+
+    d = daemons.start()
+    d.wait([jid, done], timeout=10)
+    assert d.job(jid)["state"] == "NODE_FAIL" and "gone" in d.job(jid)["reason"]
+    assert d.job(done)["state"] == "COMPLETED" and d.job(done)["exit"] == "0:0"
+    assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
+
+
+def test_daemon_restart_mid_shrink_settles_the_order_with_the_reconnected_application(
+        daemons: Daemons, workdir: Path) -> None:
+    d = daemons.start()
+    path = recorder_job(workdir, mode="slow_shrink")
+    path.write_text(path.read_text().replace('time_limit = "2"', 'time_limit = "5"'))
+    jid = submit(d, path)
+    d.wait_event(jid, "registered")
+    leader = pid_of(workdir, "node1")
+    released = [pid_of(workdir, h) for h in ("node3", "node4")]
+    with d.client() as c:
+        c.request(Resize(job_id=jid, nodes=2))
+    assert wait_until(lambda: "pre_shrink 2" in app_log(workdir), 10)
+    sigkill(d)  # the application is inside pre_shrink; its answer comes after the restart
+
+    d = daemons.start()
+    info = d.wait_event(jid, "shrunk", timeout=20)
+    assert info["hosts"] == ["node1", "node2"] and info["state"] == "RUNNING"
+    events = [e["event"] for e in info["events"]]
+    assert "recovered" in events and "order_failed" not in events and "deadline_missed" not in events
+    assert wait_until(lambda: not any(alive(p) for p in released), 10)
+    assert alive(leader) and pid_of(workdir, "node1") == leader  # never started again
+    assert "post_shrink 2 node3,node4" in app_log(workdir)
+    finish(d, workdir, jid)
+
+
+def test_application_crashing_mid_shrink_across_a_daemon_restart_fails_the_job_and_frees_its_nodes(
+        daemons: Daemons, workdir: Path) -> None:
+    d = daemons.start()
+    jid = submit(d, recorder_job(workdir, mode="die_on_shrink"))
+    d.wait_event(jid, "registered")
+    with d.client() as c:
+        c.request(Resize(job_id=jid, nodes=2))
+    sigkill(d)  # the leader exits 7 in pre_shrink, before or after the daemon is gone
+
+    d = daemons.start()
+    # Nobody answers for the job any more: the order is settled (dropped or past its deadline).
+    assert wait_until(lambda: d.job(jid)["state"] == "RUNNING" and
+                      not ({"order_failed", "shrunk"}.isdisjoint(d.events(jid))), 15), d.events(jid)
+    info = finish(d, workdir, jid, state="FAILED")
+    assert info["exit"] == "7:0"
+    assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
+
+
+# ---- the batch ---------------------------------------------------------------------------
+BATCH_NODES = 8
+
+
+def _batch_files(folder: Path, launches: Path) -> list[Path]:
+    """40 short rigid jobs and 10 malleable synthetic ones; each process logs its start."""
+    files = []
+    log_start = f'echo "start $ELASTIC_HOST $ELASTIC_NODE_INDEX $ELASTIC_JOINING" >> {launches}/$ELASTIC_JOB_ID'
+    for i in range(50):
+        if i % 5 == 0:
+            body = f'''
+                name = "mall{i}"
+                command = ["sh", "-c", '{log_start}; exec "{sys.executable}" -m elastic_apps.synthetic --work 5 --step 0.2']
+                nodes = {{ min = 1, max = 3, preferred = 2 }}
+                kind = "malleable"
+                working_dir = "{folder}"
+                output = "out/%j-%N.out"
+            '''
+        else:
+            body = f'''
+                name = "rigid{i}"
+                command = ["sh", "-c", '{log_start}; sleep 0.{3 + i % 5}; echo end']
+                nodes = {1 + i % 2}
+                working_dir = "{folder}"
+                output = "out/%j-%N.out"
+            '''
+        files.append(write_job(folder, f"job{i:02d}", body))
+    return files
+
+
+@pytest.mark.timeout(150)
+def test_fifty_job_batch_with_resizes_in_flight_survives_a_sigkill_and_every_job_runs_once(tmp_path: Path) -> None:
+    folder = tmp_path / "batch"
+    (folder / "out").mkdir(parents=True)
+    launches = folder / "launches"
+    launches.mkdir()
+    ds = Daemons(tmp_path / "state", BATCH_NODES, ["--order-deadline", "10"])
+    try:
+        d = ds.start()
+        r = d.cli("esubmit", "--parsable", *map(str, _batch_files(folder, launches)))
+        assert r.returncode == 0, r.stderr
+        ids = [int(x) for x in r.stdout.split()]
+        assert len(ids) == 50
+        malleable = ids[::5]
+
+        def registered_running() -> list[dict]:
+            return [j for j in d.jobs(*malleable).values()
+                    if j["state"] == "RUNNING" and "registered" in [e["event"] for e in j["events"]]]
+
+        def completed() -> int:
+            return sum(j["state"] == "COMPLETED" for j in d.jobs(*ids).values())
+
+        # Mid-batch: some jobs done, malleable ones running and ready for orders.
+        assert wait_until(lambda: completed() >= 5 and len(registered_running()) >= 2, 40, 0.1), d.jobs(*malleable)
+        # Orders in flight at the moment of the crash: a shrink and, where nodes are free, a grow.
+        ordered = []
+        with d.client() as c:
+            for j in registered_running():
+                target = j["nodes"] - 1 if j["nodes"] > 1 else j["nodes"] + 1
+                try:
+                    c.request(Resize(job_id=j["job_id"], nodes=target))
+                    ordered.append(j["job_id"])
+                except Exception:  # noqa: BLE001 - busy or no free node: try the next job
+                    continue
+        sigkill(d)
+        assert ordered, "no resize could be ordered before the crash"
+
+        d = ds.start()
+        d.wait(ids, timeout=100)
+        jobs = d.jobs(*ids)
+        assert {j: info["state"] for j, info in jobs.items() if info["state"] != "COMPLETED"} == {}
+        for j in ids:
+            starts = (launches / str(j)).read_text().splitlines()
+            leaders = [s for s in starts if s.endswith(" 0 0")]
+            assert len(leaders) == 1, f"job {j} started {len(leaders)} times: {starts}"
+            first = jobs[j]["events"][[e["event"] for e in jobs[j]["events"]].index("started")]["hosts"][0]
+            out = (folder / "out" / f"{j}-{first}.out").read_text()
+            finished = out.count('"work"') if j in malleable else out.count("end")
+            assert finished == 1, f"job {j} finished {finished} times"
+        settled = {"shrunk", "grown", "order_failed", "deadline_missed", "refused", "deferred"}
+        for j in ordered:
+            events = [e["event"] for e in jobs[j]["events"]]
+            last_order = max(i for i, e in enumerate(events) if e.endswith("_ordered"))
+            assert settled & set(events[last_order:]), f"job {j}: order not settled: {events}"
+    finally:
+        ds.close()
