@@ -220,7 +220,8 @@ class MpiLauncher:
             agent = run.tmp / "agent"
             agent.write_text(LOCAL_AGENT)
             agent.chmod(0o700)
-            argv += ["--mca", "plm_rsh_agent", str(agent),
+            # Virtual hosts share this machine's cores: ranks waiting in MPI must yield.
+            argv += ["--mca", "plm_rsh_agent", str(agent), "--mca", "mpi_yield_when_idle", "1",
                      "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
         return [*argv, *settings.mpirun_args, *run.req.spec.command]
 
