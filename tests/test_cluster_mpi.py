@@ -69,7 +69,7 @@ def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart
         d.wait([ref], timeout=60)
         assert d.job(ref)["state"] == "COMPLETED", (work / "ref.out").read_text()
         for mode in ("spawn", "restart"):
-            filler = submit(d, write_job(work, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\n'))
+            filler = submit(d, write_job(work, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
             jid = submit(d, jacobi(work, mode, mode, "{ min = 1, max = 2 }", 0.008))
             d.wait_event(jid, "registered", timeout=30)
             first = d.job(jid)["hosts"]

@@ -67,7 +67,7 @@ def reference(d: RunningDaemon, folder: Path) -> bytes:
 
 def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, str]:
     # A filler holds two nodes so that the job starts on two, then gives them back.
-    filler = submit(d, write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\n'))
+    filler = submit(d, write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
     jid = submit(d, jacobi_job(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
     d.wait_event(jid, "registered", timeout=20)
     assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
