@@ -68,6 +68,11 @@ def test_toml_syntax_error_names_line_and_column(daemon: RunningDaemon, workdir:
         ('name = "x"\ncommand = ["true"]\nnodes = 1\nkind = "stretchy"', "kind: Input should be 'rigid', 'moldable', 'malleable' or 'evolving'"),
         ('name = "x"\ncommand = ["true"]\nnodes = { min = 1, max = 2 }\nkind = "rigid"', "nodes: a rigid job needs a fixed node count"),
         ('name = "x"\ncommand = ["true"]\nnodes = "four"', "nodes: must be an integer or a table {min, max, preferred}"),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpich"', "launcher: Input should be 'host' or 'mpi'"),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nmpi = { ranks_per_node = 2 }', 'mpi: only MPI jobs (launcher = "mpi") take an [mpi] table'),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { ranks_per_node = 0 }', "mpi.ranks_per_node: Input should be greater than or equal to 1"),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { malleability = "fork" }', "mpi.malleability: Input should be 'spawn' or 'restart'"),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { np = 4 }', "mpi.np: unknown field"),
     ],
 )
 def test_invalid_field_is_rejected_with_one_line_naming_it(

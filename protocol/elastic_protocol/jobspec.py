@@ -7,7 +7,7 @@ Validated the same way by esubmit (to answer before anything is sent) and by the
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -138,6 +138,20 @@ class EvolutionStep(BaseModel):
 MAX_EVOLUTION_STEPS = 256
 
 
+class MpiSettings(BaseModel):
+    """How elasticd runs an MPI job (`launcher = "mpi"`): one mpirun over the job's hosts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ranks_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
+    # How a malleable MPI job changes size: "spawn" (MPI_Comm_spawn from inside, the
+    # application's communicator grows and shrinks in place) or "restart" (checkpoint,
+    # exit, elasticd starts mpirun again on the new host set).
+    malleability: Literal["spawn", "restart"] = "spawn"
+    # Passed to mpirun before the command (e.g. ["--mca", "btl", "self,tcp"]).
+    mpirun_args: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -156,6 +170,9 @@ class JobSpec(BaseModel):
     model: PerfModel | None = None
     # An evolving job's full evolution, declared up front, for the fit policy.
     evolution: Annotated[list[EvolutionStep], Field(min_length=1, max_length=MAX_EVOLUTION_STEPS)] | None = None
+    # "host": the command runs once per host (like srun); "mpi": once per job, under mpirun.
+    launcher: Literal["host", "mpi"] = "host"
+    mpi: MpiSettings | None = None
 
     @field_validator("name")
     @classmethod
@@ -180,7 +197,16 @@ class JobSpec(BaseModel):
                 )
         if self.evolution is not None:
             self._check_evolution(self.evolution)
+        if self.mpi is not None and self.launcher != "mpi":
+            raise ValueError('mpi: only MPI jobs (launcher = "mpi") take an [mpi] table')
+        if self.launcher == "mpi" and self.resolved_kind is JobKind.EVOLVING:
+            raise ValueError('launcher: an evolving job cannot use launcher = "mpi" (rigid, moldable or malleable)')
         return self
+
+    @property
+    def mpi_settings(self) -> MpiSettings:
+        """The [mpi] table with its defaults (meaningful when launcher = "mpi")."""
+        return self.mpi if self.mpi is not None else MpiSettings()
 
     def _check_evolution(self, steps: list[EvolutionStep]) -> None:
         if self.resolved_kind is not JobKind.EVOLVING:

@@ -1,0 +1,406 @@
+"""MPI jobs (`launcher = "mpi"`): one `mpirun` per job, started through the daemon's host
+launcher on the job's first host, with a hostfile for the job's hosts.
+
+Every other job passes straight through to the host launcher; this layer only sees MPI jobs.
+What it adds, and why:
+
+- Placement. Local mode has no real hosts, so `mpirun` reaches each virtual host through a
+  small rsh agent that runs Open MPI's daemon (orted) on this machine, in that host's name
+  (ELASTIC_MPI_NODE, ELASTIC_HOST) and its own TMPDIR, also for shared-memory segments
+  (virtual hosts sharing one collide in PMIx's store and in /dev/shm: seen as crashes). In cluster mode the agent is ssh with the daemon's ssh_config.
+- Accounting. Open MPI puts every rank in a process group of its own, so the host launcher's
+  process group covers only mpirun. Every process of the run carries ELASTIC_MPI_TAG (a
+  value unique to the run); ranks also carry OMPI_COMM_WORLD_RANK. That is how the daemon
+  finds the ranks on a host (locally: from /proc and the ELASTIC_MPI_NODE the agent set;
+  in cluster mode: over ssh, on the node itself) and ends strays that a killed mpirun
+  leaves spinning.
+- Malleability. "spawn": the application spawns ranks itself on the hosts a grow names, so
+  a grow starts nothing here and only verifies that ranks appeared there; a shrink waits
+  until no rank is left on the released hosts (ending any that stay) before the hosts are
+  reported free. Open MPI 4.1 cannot add daemons to a running job (the `add-host` spawn
+  key breaks its PMIx fence and `--novm` crashes, seen with 4.1.4), so the hostfile of a
+  spawn-mode job also lists every other node of the cluster with no rank placed there:
+  an idle orted runs on each for the job's lifetime. "restart": the application writes a
+  checkpoint, answers, writes ELASTIC_MPI_RESTART_FILE and exits 0; mpirun is then started
+  again on the job's new host set and the application resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from elasticd.errors import LaunchError
+from elasticd.launch.base import ExitCallback, HostsGoneCallback, Launcher, LaunchRequest
+
+log = logging.getLogger("elasticd.launch.mpi")
+
+# The rsh agent of local mode: `AGENT HOST COMMAND...` runs COMMAND here as HOST.
+LOCAL_AGENT = """#!/bin/sh
+host="$1"; shift
+ELASTIC_MPI_NODE="$host"; ELASTIC_HOST="$host"; TMPDIR="$ELASTIC_MPI_TMP/$host"
+OMPI_MCA_btl_vader_backing_directory="$TMPDIR"
+export ELASTIC_MPI_NODE ELASTIC_HOST TMPDIR OMPI_MCA_btl_vader_backing_directory
+mkdir -p "$TMPDIR"
+exec sh -c "$*"
+"""
+
+# Run on a node over ssh (cluster mode): list the run's ranks in this node's network
+# namespace (the node itself on a real cluster), or signal every process of the run there.
+REMOTE_SCAN = r"""
+import os, sys
+tag = ("ELASTIC_MPI_TAG=" + sys.argv[1]).encode()
+sig = int(sys.argv[2])
+me = os.stat("/proc/self/ns/net").st_ino
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        if os.stat(f"/proc/{d}/ns/net").st_ino != me:
+            continue
+        env = open(f"/proc/{d}/environ", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if tag not in env:
+        continue
+    if sig:
+        try: os.kill(int(d), sig)
+        except OSError: pass
+    elif any(e.startswith(b"OMPI_COMM_WORLD_RANK=") for e in env):
+        print(d)
+"""
+
+FORWARDED_PREFIXES = ("ELASTIC_", "OMPI_MCA_", "PMIX_MCA_")
+
+
+@dataclass
+class _MpiRun:
+    job_id: int
+    req: LaunchRequest  # the first launch: spec, secret, job_dir
+    hosts: list[str]
+    tag: str
+    tmp: Path
+    ending: bool = False
+    restarts: int = 0
+    checks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def mode(self) -> str:
+        return self.req.spec.mpi_settings.malleability
+
+    @property
+    def restart_file(self) -> Path:
+        return self.req.job_dir / "mpi-restart"
+
+
+class MpiLauncher:
+    """The daemon's launcher: MPI jobs here, every other job to the host launcher."""
+
+    def __init__(
+        self,
+        make_base: Callable[[ExitCallback, HostsGoneCallback], Launcher],
+        on_exit: ExitCallback,
+        on_hosts_gone: HostsGoneCallback,
+        kill_wait: float,
+        cluster: bool,
+        ssh_config: Path | None = None,
+        remote_python: str = sys.executable,
+    ) -> None:
+        self.on_exit = on_exit
+        self.on_hosts_gone = on_hosts_gone
+        self.kill_wait = kill_wait
+        self.cluster = cluster
+        self.ssh_config = ssh_config or _env_path("ELASTIC_SSH_CONFIG")
+        self.remote_python = remote_python
+        self.nodes: list[str] = []
+        self.runs: dict[int, _MpiRun] = {}
+        # Host -> ranks found there at the last check after a grow (for status and tests).
+        self.verified: dict[int, dict[str, int]] = {}
+        self.base = make_base(self._base_exit, self._base_hosts_gone)
+
+    def __getattr__(self, name: str) -> Any:
+        # What only some host launchers have (node_states, pgids) comes from the base.
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    async def start(self, hosts: list[str]) -> None:
+        self.nodes = list(hosts)
+        start = getattr(self.base, "start", None)
+        if start is not None:
+            await start(hosts)
+
+    async def close(self) -> None:
+        for run in self.runs.values():
+            for t in run.checks:
+                t.cancel()
+        await self.base.close()
+
+    # ---- launch ----------------------------------------------------------------------------
+    async def launch(self, req: LaunchRequest) -> None:
+        if req.spec.launcher != "mpi":
+            await self.base.launch(req)
+            return
+        if req.joining:
+            self._grown(req)
+            return
+        if shutil.which("mpirun", path=_job_path(req)) is None:
+            raise LaunchError("mpirun not found on PATH: install Open MPI (Debian: openmpi-bin libopenmpi-dev)")
+        tag = f"{req.job_id}-{secrets.token_hex(4)}"
+        tmp = Path("/tmp") / f"elastic-mpi-{os.getuid()}" / tag
+        run = _MpiRun(req.job_id, req, list(req.all_hosts), tag, tmp)
+        self.runs[req.job_id] = run
+        try:
+            await self._start_mpirun(run)
+        except BaseException:
+            self.runs.pop(req.job_id, None)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    async def _start_mpirun(self, run: _MpiRun) -> None:
+        req = run.req
+        job_dir = req.job_dir
+        job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run.tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        settings = req.spec.mpi_settings
+        hostfile = job_dir / "mpi-hostfile"
+        listed = list(run.hosts)
+        if run.mode == "spawn" and req.spec.resolved_kind.value == "malleable":
+            # Idle orteds on the other nodes: where a later Spawn may place ranks.
+            listed += [n for n in self.nodes if n not in run.hosts]
+        hostfile.write_text("".join(f"{h} slots={settings.ranks_per_node}\n" for h in listed))
+        checkpoint = job_dir / "checkpoint"
+        checkpoint.mkdir(exist_ok=True)
+        run.restart_file.unlink(missing_ok=True)
+        env = {
+            **req.spec.env,
+            "ELASTIC_MPI_TAG": run.tag,
+            "ELASTIC_MPI_MODE": run.mode,
+            "ELASTIC_MPI_RANKS_PER_NODE": str(settings.ranks_per_node),
+            "ELASTIC_MPI_RESTART_FILE": str(run.restart_file),
+            "ELASTIC_MPI_CHECKPOINT_DIR": str(checkpoint),
+            "ELASTIC_MPI_RESTARTS": str(run.restarts),
+            "ELASTIC_MPI_TMP": str(run.tmp),
+        }
+        argv = self._mpirun_argv(run, hostfile, env)
+        spec = req.spec.model_copy(update={"command": argv, "env": env})
+        all_hosts = tuple(run.hosts)
+        await self.base.launch(replace(req, spec=spec, hosts=all_hosts[:1], all_hosts=all_hosts, joining=False))
+        log.info("job %d: mpirun (%s) on %s: %d ranks on %s", run.job_id, run.tag, all_hosts[0],
+                 len(all_hosts) * settings.ranks_per_node, ",".join(all_hosts))
+
+    def _mpirun_argv(self, run: _MpiRun, hostfile: Path, env: dict[str, str]) -> list[str]:
+        settings = run.req.spec.mpi_settings
+        argv = ["mpirun", "--hostfile", str(hostfile), "-np", str(len(run.hosts) * settings.ranks_per_node),
+                "--oversubscribe", "--bind-to", "none"]
+        if os.geteuid() == 0:
+            argv.append("--allow-run-as-root")
+        if self.cluster:
+            if self.ssh_config is not None:
+                argv += ["--mca", "plm_rsh_agent", f"ssh -F {self.ssh_config}"]
+            # Over ssh, remote ranks get only what mpirun forwards.
+            names = set(env) | {k for k in os.environ if k.startswith(FORWARDED_PREFIXES)}
+            names |= {"PATH", "ELASTIC_JOB_ID", "ELASTIC_JOB_NAME", "ELASTIC_JOB_HOSTS", "ELASTIC_JOB_NUM_NODES",
+                      "ELASTIC_APP_ADDRESS", "ELASTIC_JOB_SECRET", "ELASTIC_HOSTFILE"}
+            for name in sorted(names - {"ELASTIC_HOST", "ELASTIC_NODE_INDEX", "ELASTIC_MPI_TMP"}):
+                argv += ["-x", name]
+        else:
+            agent = run.tmp / "agent"
+            agent.write_text(LOCAL_AGENT)
+            agent.chmod(0o700)
+            # Virtual hosts share this machine's cores: ranks waiting in MPI must yield.
+            argv += ["--mca", "plm_rsh_agent", str(agent), "--mca", "mpi_yield_when_idle", "1",
+                     "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+        return [*argv, *settings.mpirun_args, *run.req.spec.command]
+
+    def _grown(self, req: LaunchRequest) -> None:
+        """A grow: spawn mode starts nothing (the application spawns), restart mode waits
+        for the application to exit for a restart; both take the new host list."""
+        run = self.runs.get(req.job_id)
+        if run is None:
+            raise LaunchError(f"job {req.job_id} has no running mpirun to grow")
+        run.hosts = list(req.all_hosts)
+        if run.mode == "spawn":
+            task = asyncio.ensure_future(self._verify_grow(run, list(req.hosts)))
+            run.checks.add(task)
+            task.add_done_callback(run.checks.discard)
+
+    async def _verify_grow(self, run: _MpiRun, new: list[str], timeout: float = 60.0) -> None:
+        want = run.req.spec.mpi_settings.ranks_per_node
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            found = await self.ranks(run, run.hosts + [n for n in self.nodes if n not in run.hosts])
+            counts = {h: len(found.get(h, [])) for h in run.hosts}
+            stray = sorted(h for h in found if h not in run.hosts and found[h])
+            if all(counts[h] >= want for h in new) or loop.time() > deadline or run.ending:
+                break
+            await asyncio.sleep(0.2)
+        self.verified[run.job_id] = counts
+        missing = [h for h in new if counts[h] < want]
+        if missing or stray:
+            log.warning("job %d: after the grow, ranks per host %s; missing on %s; outside the job on %s",
+                        run.job_id, counts, ",".join(missing) or "-", ",".join(stray) or "-")
+        else:
+            log.info("job %d: verified MPI ranks on new hosts %s (ranks per host %s)",
+                     run.job_id, ",".join(new), counts)
+
+    # ---- where the ranks are --------------------------------------------------------------
+    async def ranks(self, run: _MpiRun, hosts: list[str]) -> dict[str, list[int]]:
+        """Pids of the run's ranks on each of `hosts`."""
+        if not self.cluster:
+            return await asyncio.to_thread(_local_ranks, run.tag, set(hosts))
+        results = await asyncio.gather(*(self._remote_scan(run.tag, h, 0) for h in hosts))
+        return {h: pids for h, pids in zip(hosts, results, strict=True)}
+
+    async def _signal(self, run: _MpiRun, hosts: list[str], sig: int, ranks_only: bool) -> None:
+        if not self.cluster:
+            await asyncio.to_thread(_local_signal, run.tag, set(hosts), sig, ranks_only)
+        else:
+            await asyncio.gather(*(self._remote_scan(run.tag, h, sig) for h in hosts))
+
+    async def _remote_scan(self, tag: str, host: str, sig: int) -> list[int]:
+        argv = ["ssh", *(["-F", str(self.ssh_config)] if self.ssh_config else []),
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host,
+                shlex.join([self.remote_python, "-I", "-S", "-c", REMOTE_SCAN, tag, str(sig)])]
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            log.warning("MPI rank scan on %s timed out", host)
+            return []
+        if proc.returncode != 0:
+            log.warning("MPI rank scan on %s failed: %s", host, err.decode(errors="replace").strip()[-200:])
+        return [int(x) for x in out.split()]
+
+    async def _clear(self, run: _MpiRun, hosts: list[str], wait: float, ranks_only: bool = True) -> bool:
+        """Give the ranks on `hosts` `wait` seconds to leave, end what stays; True if none is left."""
+        loop = asyncio.get_running_loop()
+        for sig, patience in ((0, wait), (signal.SIGTERM, self.kill_wait), (signal.SIGKILL, 5.0)):
+            if sig:
+                await self._signal(run, hosts, sig, ranks_only)
+            deadline = loop.time() + patience
+            while True:
+                left = {h: p for h, p in (await self.ranks(run, hosts)).items() if p}
+                if not left:
+                    return True
+                if loop.time() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            if sig == 0 and wait > 0:
+                log.warning("job %d: ranks still on released hosts after %.1f s: %s; ending them",
+                            run.job_id, wait, left)
+        log.error("job %d: ranks left on %s after SIGKILL", run.job_id, left)
+        return False
+
+    # ---- shrink, end -----------------------------------------------------------------------
+    async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
+        run = self.runs.get(job_id)
+        if run is None:
+            await self.base.reclaim(job_id, hosts, grace)
+            return
+        run.hosts = [h for h in run.hosts if h not in hosts]  # before any await: a restart must not use them
+        # The application leaves the hosts itself (spawn: its ranks disconnect and exit;
+        # restart: the whole run exits): wait for that before ending anything.
+        if await self._clear(run, list(hosts), max(grace, 10.0)):
+            log.info("job %d: verified no MPI rank left on %s", job_id, ",".join(hosts))
+        await _call(self.on_hosts_gone, job_id, list(hosts))
+
+    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
+        run = self.runs.get(job_id)
+        if run is None:
+            await self.base.terminate(job_id, hosts)
+            return
+        run.ending = True
+        await self.base.terminate(job_id, tuple(run.hosts[:1]))
+        # A killed mpirun may leave ranks spinning: end every process of the run.
+        await self._clear(run, self._all_hosts(run), 0.0, ranks_only=False)
+
+    def _all_hosts(self, run: _MpiRun) -> list[str]:
+        return run.hosts + [n for n in self.nodes if n not in run.hosts]
+
+    async def _base_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
+        await _call(self.on_hosts_gone, job_id, hosts)
+
+    async def _base_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
+        run = self.runs.get(job_id)
+        if run is None:
+            await _call(self.on_exit, job_id, code, sig)
+            return
+        # Nothing of the run may outlive mpirun (orteds, ranks of a killed run).
+        await self._signal(run, self._all_hosts(run), signal.SIGKILL, ranks_only=False)
+        if not run.ending and code == 0 and not sig and run.restart_file.exists():
+            run.restarts += 1
+            log.info("job %d: restarting mpirun on %s (restart %d)", job_id, ",".join(run.hosts), run.restarts)
+            try:
+                await self._start_mpirun(run)
+                return
+            except LaunchError as exc:
+                log.warning("job %d: restart failed: %s", job_id, exc)
+                code = 1
+        self.runs.pop(job_id, None)
+        for t in run.checks:
+            t.cancel()
+        shutil.rmtree(run.tmp, ignore_errors=True)
+        await _call(self.on_exit, job_id, code, sig)
+
+
+def _env_path(name: str) -> Path | None:
+    v = os.environ.get(name)
+    return Path(v) if v else None
+
+
+def _job_path(req: LaunchRequest) -> str:
+    return req.spec.env.get("PATH") or os.environ.get("PATH", "")
+
+
+def _tagged(tag: str) -> list[tuple[psutil.Process, dict[str, str]]]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("ELASTIC_MPI_TAG") == tag and p.status() != psutil.STATUS_ZOMBIE:
+            found.append((p, env))
+    return found
+
+
+def _local_ranks(tag: str, hosts: set[str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {h: [] for h in hosts}
+    for p, env in _tagged(tag):
+        host = env.get("ELASTIC_MPI_NODE")
+        if host in hosts and "OMPI_COMM_WORLD_RANK" in env:
+            out[host].append(p.pid)
+    return out
+
+
+def _local_signal(tag: str, hosts: set[str], sig: int, ranks_only: bool) -> None:
+    for p, env in _tagged(tag):
+        if env.get("ELASTIC_MPI_NODE") not in hosts or (ranks_only and "OMPI_COMM_WORLD_RANK" not in env):
+            continue
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+async def _call(cb, *args) -> None:  # noqa: ANN001
+    result = cb(*args)
+    if asyncio.iscoroutine(result):
+        await result

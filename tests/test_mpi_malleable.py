@@ -1,0 +1,117 @@
+"""A malleable MPI job (the Jacobi example) grown 2 -> 4 and shrunk 4 -> 2 by a real local
+daemon, by spawning from inside and by checkpoint-restart: the result is bit-identical to a
+run without resizes, and no rank is left on the released hosts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from mpi_support import job_ranks, mpi_skip_reason
+
+pytestmark = [pytest.mark.timeout(120)]
+
+ITERATIONS = 1500
+POINTS = 5000
+
+
+@pytest.fixture
+def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "20"])
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
+
+
+def jacobi_job(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["{sys.executable}", "-m", "elastic_apps.mpi.jacobi", "--points", "{POINTS}",
+                   "--iterations", "{ITERATIONS}", "--delay", "{delay}", "--out", "{name}.bin"]
+        nodes = {nodes}
+        kind = "malleable"
+        launcher = "mpi"
+        mpi = {{ malleability = "{mode}" }}
+        working_dir = "."
+        output = "{name}.out"
+        time_limit = "2"
+    ''')
+
+
+def submit(d: RunningDaemon, path: Path) -> int:
+    r = d.cli("esubmit", "--parsable", str(path))
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
+
+
+def resize(d: RunningDaemon, job_id: int, nodes: int) -> None:
+    r = d.cli("elasticd", "resize", str(job_id), str(nodes))
+    assert r.returncode == 0, r.stderr
+
+
+def reference(d: RunningDaemon, folder: Path) -> bytes:
+    jid = submit(d, jacobi_job(folder, "ref", "spawn", "2", 0.0))
+    d.wait([jid], timeout=60)
+    assert d.job(jid)["state"] == "COMPLETED", (folder / "ref.out").read_text()
+    return (folder / "ref.bin").read_bytes()
+
+
+def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, str]:
+    # A filler holds two nodes so that the job starts on two, then gives them back.
+    filler = submit(d, write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
+    jid = submit(d, jacobi_job(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
+    d.wait_event(jid, "registered", timeout=20)
+    assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
+    assert d.cli("ecancel", str(filler)).returncode == 0
+    d.wait([filler], timeout=20)
+    resize(d, jid, 4)
+    d.wait_event(jid, "grown", timeout=30)
+    if mode == "restart":
+        d.wait_event(jid, "registered", count=2, timeout=30)
+    hosts = d.job(jid)["hosts"]
+    assert len(hosts) == 4
+    assert wait_until(lambda: all(job_ranks(jid).get(h) for h in hosts), 20), job_ranks(jid)
+    grown_on = sorted(job_ranks(jid))
+    resize(d, jid, 2)
+    info = d.wait_event(jid, "shrunk", timeout=30)
+    released = [h for h in hosts if h not in info["hosts"]]
+    assert len(released) == 2
+    ranks = job_ranks(jid)
+    assert not any(ranks.get(h) for h in released), ranks
+    d.wait([jid], timeout=60)
+    out = (folder / f"{mode}.out").read_text()
+    assert d.job(jid)["state"] == "COMPLETED", out
+    assert job_ranks(jid) == {}
+    assert sorted(grown_on) == sorted(hosts)
+    log = (d.state_dir / "daemon.log").read_text()
+    assert f"job {jid}: verified no MPI rank left on {','.join(released)}" in log
+    return jid, out
+
+
+def test_spawn_mode_grow_and_shrink_give_the_same_result_as_no_resize(mpi_daemon: RunningDaemon, workdir: Path) -> None:
+    ref = reference(mpi_daemon, workdir)
+    jid, out = grow_then_shrink(mpi_daemon, workdir, "spawn")
+    assert "2 ranks at the end, 2 resizes" in out, out
+    assert (workdir / "spawn.bin").read_bytes() == ref
+    log = (mpi_daemon.state_dir / "daemon.log").read_text()
+    assert f"job {jid}: verified MPI ranks on new hosts" in log
+
+
+def test_restart_mode_grow_and_shrink_resume_from_checkpoint_with_the_same_result(
+    mpi_daemon: RunningDaemon, workdir: Path
+) -> None:
+    ref = reference(mpi_daemon, workdir)
+    jid, out = grow_then_shrink(mpi_daemon, workdir, "restart")
+    assert out.count("restarting") == 0
+    assert (workdir / "restart.bin").read_bytes() == ref
+    log = (mpi_daemon.state_dir / "daemon.log").read_text()
+    assert log.count(f"job {jid}: restarting mpirun") == 2
