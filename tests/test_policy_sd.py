@@ -116,8 +116,12 @@ def test_idle_nodes_go_back_to_the_jobs_that_lent_them_only_where_no_reservation
     lender = replace(mate(1, 2, pref=4), history=((0.0, 4), (50.0, 2)))
     r = mate(2, 4, limit=300.0, kind=JobKind.RIGID)
     assert decide((lender, r), pending=()) == [Grow(1, 2)]
-    # H needs 5 at 300 for 100 s: only 1 node stays free meanwhile, so A gets 1.
+    # H needs 5 at 300 for 100 s: only 1 node stays free meanwhile, less than A lent, so
+    # A gets nothing (nodes go back whole, not one at a time).
     h = PendingView(4, 90.0, JobKind.RIGID, 5, 5, 5, 100.0)
-    assert decide((lender, r), pending=(h,)) == [Grow(1, 1)]
+    assert decide((lender, r), pending=(h,)) == []
+    # H needs 4 instead: 2 stay free, all A lent.
+    h4 = PendingView(4, 90.0, JobKind.RIGID, 4, 4, 4, 100.0)
+    assert decide((lender, r), pending=(h4,)) == [Grow(1, 2)]
     # A job that never lent (started on 2 of its preferred 4) is not grown.
     assert decide((mate(1, 2, pref=4), r), pending=()) == []

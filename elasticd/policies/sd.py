@@ -27,14 +27,22 @@ Whole-node adaptation (the paper shares the cores of a node; elastic moves whole
   plus its run time on its preferred size. A malleable job also starts right away on
   fewer idle nodes, with no mate at all, when that ends earlier than waiting would.
 - Shrinks are asynchronous here: after mates are ordered to shrink, the job holds its
-  place on the map and starts on a later pass once their nodes are back (nodes coming back
-  count as available, so nobody shrinks twice for it).
+  place on the map and starts on a later pass once their nodes are back. The policy
+  remembers that promise (the paper shrinks and starts in one step): weighed afresh
+  against the nodes just freed, the job might prefer to wait, and the mates would be
+  shrunk again and again for nothing. Jobs ahead in the queue may still start on their
+  preferred size, but not borrow the promised nodes; a promise lapses if the nodes do
+  not come back (a refused shrink) or the map no longer leaves them to it.
+- A mate set must also fit the map by time limits, which is what every other job's
+  reservation was made on: lent nodes count from now until the mate's limit, and the
+  new job keeps its nodes until its own.
 - "Expanded back when the new job terminates" is read without memory across passes: idle
   nodes that the map does not promise to anyone go back to running malleable jobs below
-  the largest size their history shows (the lenders), up to that size, those short of the
-  largest share first, and only for as long as no reservation needs the nodes. A job
-  started reduced keeps its size (the paper gives it a finished mate's cores; whole
-  nodes cannot be told apart that way).
+  the largest size their history shows (the lenders), all they lent at once (never a
+  few nodes at a time, each a reconfiguration), those short of the largest share first,
+  only for as long as no reservation needs the nodes, and only on a pass that lends
+  nothing. A job started reduced keeps its size (the paper gives it a finished mate's
+  cores; whole nodes cannot be told apart that way).
 
 Readings where the paper is silent:
 - MAX_SLOWDOWN defaults to the static 10, the value the paper analyses on its largest
@@ -45,8 +53,8 @@ Readings where the paper is silent:
   when it is chosen; the paper extends a mate's requested time only after).
 - Like the Slurm backfill it is built into, a pass looks for mates (and keeps
   reservations for giving nodes back) for at most `max_job_test` queued jobs
-  (bf_max_job_test, 500 in Slurm's sched/backfill); later jobs start only if they fit
-  now around the reservations already made, and get none themselves.
+  (bf_max_job_test, 500 in Slurm's sched/backfill); later jobs are not planned and
+  start only in strict queue order, while every job ahead of them started.
 - The candidate list is cut to the `mate_candidates` (nm) mates of lowest current
   slowdown, which the paper allows but does not size; 8 keeps a pass short.
 - A job is a mate at most once per pass, and jobs resized within min_resize_interval
@@ -92,6 +100,20 @@ class _Mates:
     ranked: list[_Mate]  # eligible, lowest current slowdown first
     cutoff: float  # MAX_SLOWDOWN for this pass
     used: set[int] = field(default_factory=set)  # lent in this pass (and out of `ranked`)
+    _widest: int | None = None
+
+    def widest(self, candidates: int, max_mates: int) -> int:
+        """The most nodes any allowed set of candidates could lend: a bound that lets most
+        of a deep queue skip the mate search (kept until a mate is used)."""
+        if self._widest is None:
+            lends = sorted((m.lend for m in self.ranked[:candidates]), reverse=True)
+            self._widest = sum(lends[:max_mates])
+        return self._widest
+
+    def take(self, mate: _Mate) -> None:
+        self.used.add(mate.job.job_id)
+        self.ranked.remove(mate)
+        self._widest = None
 
 
 class SdPolicy:
@@ -115,6 +137,12 @@ class SdPolicy:
         self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
         self._predictions = Predictions()
+        # Jobs whose mates were shrunk for them: job id -> the size they start on once the
+        # lent nodes are back. Shrinks take effect after the pass (the application answers),
+        # so the start comes on a later pass; without this memory that pass would weigh the
+        # job afresh against the nodes just freed, may prefer to wait, give the nodes back,
+        # and shrink the mates again ten seconds later -- forever.
+        self._promised: dict[int, int] = {}
 
     # ---- the pass ---------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
@@ -123,6 +151,12 @@ class SdPolicy:
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
+        if self._promised:
+            waiting = {j.job_id for j in snap.pending}
+            self._promised = {k: v for k, v in self._promised.items() if k in waiting}
+        # Idle nodes promised to jobs further down the queue: jobs ahead may still start
+        # on their preferred size (first come, first served) but not borrow these.
+        promised_left = sum(self._promised.values())
         entries = queue_entries(snap)
         bound = StartBound(
             now,
@@ -137,16 +171,29 @@ class SdPolicy:
         may_give_back = free > 0 and any(
             r.size < _before_lending(r) and resizable(r, now, self.min_resize_interval) for r in snap.running
         )
+        blocked = False  # some entry ahead was neither started nor granted on this pass
+        served_from = 0
         for i, (e, is_request) in enumerate(entries):
             examined = i < self.max_job_test
+            if i and not blocked:
+                prev = entries[i - 1][0].job_id  # type: ignore[attr-defined]
+                blocked = not any(
+                    isinstance(d, (Start, Grow)) and d.job_id == prev for d in out[served_from:]
+                )
+            served_from = len(out)
             no_mates = not examined or malleable_left[i] == 0 or (mates is not None and not mates.ranked)
             if no_mates and not (may_give_back and examined) and bound.exhausted(i, free, prof):
                 break  # nothing from here on can start now or get a mate
             if not examined:
-                # Past bf_max_job_test: start what fits now around the reservations made,
-                # keep no reservation (as Slurm leaves such jobs unplanned).
-                if not is_request:
-                    free -= self._start_if_fits(e, prof, free, now, out)  # type: ignore[arg-type]
+                # Past bf_max_job_test nothing is planned (as in Slurm, whose backfill stops
+                # there): such a job starts only in strict queue order, everyone ahead of it
+                # started, so that no unplanned job can delay one that waits ahead.
+                if blocked or is_request:
+                    break
+                started = self._start_if_fits(e, prof, free, now, out)  # type: ignore[arg-type]
+                if not started:
+                    break
+                free -= started
                 continue
             if is_request:
                 g = place_request(prof, e, free, now)  # type: ignore[arg-type]
@@ -155,6 +202,13 @@ class SdPolicy:
                     free -= g.by
                 continue
             job: PendingView = e  # type: ignore[assignment]
+            if job.job_id in self._promised:
+                n = self._promised.pop(job.job_id)
+                promised_left -= n
+                left = self._keep_promise(job, n, prof, free, snap.incoming_nodes, out, now)
+                if left is not None:
+                    free = left
+                    continue
             malleable = job.kind is JobKind.MALLEABLE
             need = job.preferred if malleable else job.start_nodes
             dur = math.inf if job.time_limit is None else float(job.time_limit)
@@ -169,13 +223,36 @@ class SdPolicy:
             if malleable and ts > now and examined:
                 if mates is None:
                     mates = self._mates(snap)
-                done, free = self._malleable(job, ts, prof, free, snap.incoming_nodes, mates, out, now)
+                done, free = self._malleable(job, ts, prof, free, snap.incoming_nodes, promised_left, mates, out, now)
                 if done:
                     continue
             if ts != math.inf:
                 prof.reserve(ts, ts + dur, need)
-        out.extend(self._give_back(snap, prof, free, mates.used if mates else set()))
+        # Nodes go back to lenders only on a pass that lends none and keeps no promise, so
+        # that no pass both shrinks some jobs and grows others.
+        if not (self._promised or (mates is not None and mates.used)):
+            out.extend(self._give_back(snap, prof, free, set()))
         return out
+
+    def _keep_promise(
+        self, job: PendingView, n: int, prof: FreeProfile, free: int, incoming: int, out: list[Decision], now: float
+    ) -> int | None:
+        """Start (or keep holding nodes for) a job whose mates were shrunk for it: the paper
+        shrinks the mates and starts the job in one step; here the two fall on two passes,
+        and weighing the job afresh in between would undo the plan. Kept while the map
+        (the reservations of jobs ahead included) still leaves it the nodes; lapses when
+        they did not come back (a refused shrink) or were taken. Idle nodes left, or None."""
+        run = PendingPrediction(job).runtime(n)
+        assert run is not None
+        hold = math.inf if job.time_limit is None else max(run, float(job.time_limit))
+        if min(prof.min_free(now, now + hold), free + incoming) < n:
+            return None
+        prof.reserve(now, now + hold, n)
+        if free >= n:
+            out.append(Start(job.job_id, n))
+            return free - n
+        self._promised[job.job_id] = n
+        return free - min(free, n)
 
     @staticmethod
     def _start_if_fits(job: PendingView, prof: FreeProfile, free: int, now: float, out: list[Decision]) -> int:
@@ -200,17 +277,29 @@ class SdPolicy:
         prof: FreeProfile,
         free: int,
         incoming: int,
+        spare: int,
         mates: _Mates,
         out: list[Decision],
         now: float,
     ) -> tuple[bool, int]:
         """Place a malleable job that cannot start statically now, if that improves its
-        predicted end: on fewer free nodes, or with mates. (placed?, idle nodes left)."""
+        predicted end: on fewer free nodes, or with mates. (placed?, idle nodes left).
+        `spare`: idle or incoming nodes promised to jobs further down, not to be borrowed."""
         pp = PendingPrediction(job)
         static = pp.runtime(job.preferred)
         if static is None:
             return False, free  # no prediction: static placement only
         static_end = ts + static
+        # The most nodes it could start on now, idle, incoming and lent together; runtimes
+        # fall as nodes grow (both speedup models), so if even that does not end before the
+        # static start would, nothing below can: most of a deep queue stops here.
+        reach = min(job.preferred, max(0, free + incoming - spare) + mates.widest(self.mate_candidates, self.max_mates))
+        if reach < job.min_nodes:
+            return False, free
+        fastest = pp.runtime(reach)
+        assert fastest is not None
+        if now + fastest >= static_end:
+            return False, free
         longest = pp.runtime(job.min_nodes)
         assert longest is not None
 
@@ -226,7 +315,7 @@ class SdPolicy:
             assert run is not None
             # Nodes really idle or on their way back: a job past its limit but still
             # running counts as ending now on the map, but nobody can start on its nodes.
-            room = min(prof.min_free(now, now + hold(run)), free + incoming)
+            room = min(prof.min_free(now, now + hold(run)), free + incoming - spare)
             if room >= n:
                 if now + run >= static_end:
                     break  # no better than waiting; mates (more nodes) might be
@@ -237,11 +326,11 @@ class SdPolicy:
                 return True, 0  # it waits for nodes coming back, holding the idle ones
             n = room
         # Mates lend the rest; the map's own nodes are counted for the longest possible run.
-        base = min(job.preferred, prof.min_free(now, now + hold(longest)), free + incoming)
+        base = max(0, min(job.preferred, prof.min_free(now, now + hold(longest)), free + incoming - spare))
         static = float(job.time_limit) if job.time_limit is not None else math.inf
         static_run = pp.runtime(job.preferred)
         assert static_run is not None
-        with_lent: dict[int, float] = {}
+        with_lent: dict[int, float] = {0: static_end}  # nothing lent: the static start
 
         def static_end_with(lent: int) -> float:
             """The static end if `lent` more nodes were idle from now on: what the job
@@ -253,18 +342,19 @@ class SdPolicy:
                 with_lent[lent] = ts_lent + static_run
             return with_lent[lent]
 
-        choice = self._pick_mates(job, pp, max(base, 0), static_end_with, mates, now)
+        choice = self._pick_mates(job, pp, base, static_end_with, hold, prof, mates, now)
         if choice is None:
             return False, free
         n_new, lent = choice
         run = pp.runtime(n_new)
         assert run is not None
-        if base > 0:
-            prof.reserve(now, now + hold(run), base)
         for m, k in lent:
-            mates.used.add(m.job.job_id)
-            mates.ranked.remove(m)
+            prof.reserve(now, m.job.estimated_end, -k)
+        prof.reserve(now, now + hold(run), n_new)
+        for m, k in lent:
+            mates.take(m)
             out.append(Shrink(m.job.job_id, k))
+        self._promised[job.job_id] = n_new
         return True, free - min(free, base)  # the idle nodes it counts on are its
 
     def _pick_mates(
@@ -273,11 +363,37 @@ class SdPolicy:
         pp: PendingPrediction,
         base: int,
         static_end_with: Callable[[int], float],
+        hold: Callable[[float], float],
+        prof: FreeProfile,
         mates: _Mates,
         now: float,
     ) -> tuple[int, list[tuple[_Mate, int]]] | None:
         """The mate set of least total penalty (Eq. 1) under Eqs. 2-3 and the paper's
-        constraints, as (new job's size, [(mate, nodes lent)]), or None."""
+        constraints, as (new job's size, [(mate, nodes lent)]), or None.
+
+        A set must also fit the map by time limits: the lent nodes are free from now until
+        the mate's limit, and the new job keeps all its nodes until its own -- which must
+        not push back a reservation made ahead of it (predictions say it ends first; limits
+        are what every other job was promised on)."""
+        spans: dict[tuple[float, float], int] = {}
+
+        def free_in(a: float, b: float) -> int:
+            if (a, b) not in spans:
+                spans[a, b] = prof.min_free(a, b)
+            return spans[a, b]
+
+        def fits_map(n_new: int, lent: list[tuple[_Mate, int]], run: float) -> bool:
+            end = now + hold(run)
+            start, credit = now, sum(k for _, k in lent)
+            for m, k in sorted(lent, key=lambda mk: mk[0].job.estimated_end):
+                until = min(max(m.job.estimated_end, now), end)
+                if until > start:
+                    if free_in(start, until) + credit < n_new:
+                        return False
+                    start = until
+                credit -= k
+            return end <= start or free_in(start, end) + credit >= n_new
+
         cands = mates.ranked[: self.mate_candidates]
         top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
         if not cands or base + sum(top) < job.min_nodes:
@@ -289,7 +405,12 @@ class SdPolicy:
         # A mate predicted to end before the new job could possibly end can never host it.
         cands = [m for m in cands if m.end >= now + fastest]
         top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
-        if base + sum(top) < job.min_nodes:
+        if not cands or base + sum(top) < job.min_nodes:
+            return None
+        # Past the last mate's limit and until the new job's own (at least), lent nodes
+        # count for nothing: the map alone must leave it its smallest size there.
+        last = max(m.job.estimated_end for m in cands)
+        if last < now + hold(fastest) and free_in(max(last, now), now + hold(fastest)) < job.min_nodes:
             return None
         cutoff = mates.cutoff
         best: tuple[float, int, list[int], list[tuple[_Mate, int]]] | None = None
@@ -316,6 +437,8 @@ class SdPolicy:
                 return  # no better than waiting
             if any(m.end < end for m, _ in lent):
                 return  # the new job must finish inside its mates' allocation
+            if not fits_map(n_new, lent, run):
+                return
             total = 0.0
             for m, k in lent:
                 new_end = m.pred.end_if_lent(k, end)
@@ -378,8 +501,11 @@ class SdPolicy:
 
     # ---- nodes back to the jobs that lent them ----------------------------------------------
     def _give_back(self, snap: Snapshot, prof: FreeProfile, free: int, used: set[int]) -> list[Decision]:
-        """Idle nodes back to jobs that lent theirs, up to the size they had before, for as
-        long as no reservation needs them; those that lent the largest share first."""
+        """Idle nodes back to jobs that lent theirs: all they lent at once (the paper's mate
+        gets its cores back whole when the borrower ends), for as long as no reservation needs
+        them; those that lent the largest share first. Never a few nodes at a time: each
+        resize costs the application a reconfiguration, and trickling nodes back would
+        resize a lender again on every pass that frees a handful."""
         if free <= 0:
             return []
         now = snap.now
@@ -393,8 +519,8 @@ class SdPolicy:
         for r in short:
             if free <= 0:
                 break
-            n = min(_before_lending(r) - r.size, free, prof.min_free(now, r.estimated_end))
-            if n >= 1:
+            n = _before_lending(r) - r.size
+            if n <= min(free, prof.min_free(now, r.estimated_end)):
                 prof.reserve(now, r.estimated_end, n)
                 out.append(Grow(r.job_id, n))
                 free -= n
