@@ -31,7 +31,7 @@ from elasticd.launch.base import (
     job_environment,
     output_paths,
 )
-from elasticd.launch.local import LocalLauncher, _HostProc, _open_output
+from elasticd.launch.local import LocalLauncher, _HostProc, _open_output, proc_files
 
 log = logging.getLogger("elasticd.launch.srun")
 
@@ -73,7 +73,9 @@ class SrunLauncher(LocalLauncher):
             raise LaunchError(f"cannot run srun: {exc}") from None
         finally:
             os.close(fd)
-        return _HostProc(host, proc, proc.pid)
+        # No exit-status wrapper under srun (a restarted daemon does not re-adopt srun
+        # steps): the status file is never written, srun's own exit code is what counts.
+        return _HostProc(host, proc, proc.pid, proc_files(req.job_dir, host)[1])
 
     # ---- verification at Slurm's level ----------------------------------------------------
     async def _hosts_gone_verified(self, job_id: int, hosts: list[str]) -> None:
