@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes.util
 import shutil
+from collections.abc import Callable
 
 import psutil
 
@@ -22,8 +23,9 @@ def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
     return None
 
 
-def job_ranks(job_id: int) -> dict[str, list[int]]:
-    """Virtual host -> pids of the job's MPI ranks on this machine (local mode)."""
+def job_ranks(job_id: int, node_of: Callable[[int], str | None] | None = None) -> dict[str, list[int]]:
+    """Node -> pids of the job's MPI ranks on this machine: by the virtual host a rank was
+    started for (local mode), or by `node_of(pid)` (namespace nodes)."""
     out: dict[str, list[int]] = {}
     for p in psutil.process_iter():
         try:
@@ -33,5 +35,6 @@ def job_ranks(job_id: int) -> dict[str, list[int]]:
         except (psutil.Error, OSError):
             continue
         if env.get("ELASTIC_JOB_ID") == str(job_id) and "OMPI_COMM_WORLD_RANK" in env:
-            out.setdefault(env.get("ELASTIC_MPI_NODE", "?"), []).append(p.pid)
+            node = env.get("ELASTIC_MPI_NODE") if node_of is None else node_of(p.pid)
+            out.setdefault(node or "?", []).append(p.pid)
     return out

@@ -9,28 +9,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from conftest import RunningDaemon, stop_daemon, wait_until, write_job
-from mpi_support import mpi_skip_reason
+from mpi_support import job_ranks, mpi_skip_reason
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
 
 NET = "10.200.0.0/24"
 
 
 def ranks_by_node(job_id: int) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for p in psutil.process_iter():
-        try:
-            env = p.environ()
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except (psutil.Error, OSError):
-            continue
-        if env.get("ELASTIC_JOB_ID") == str(job_id) and "OMPI_COMM_WORLD_RANK" in env:
-            out.setdefault(node_of(p.pid) or "?", []).append(p.pid)
-    return out
+    return job_ranks(job_id, node_of)
 
 
 def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:

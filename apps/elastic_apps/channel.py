@@ -130,9 +130,13 @@ class JobChannel:
         await asyncio.to_thread(self._request, "register")
         self._registered = True
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no order is being handled (its answer is on its way); False on timeout."""
+        return self._order_idle.wait(self.timeout if timeout is None else timeout)
+
     def disable(self) -> None:
         """Deregister for good before a final phase; waits for an order being handled."""
-        self._order_idle.wait(self.timeout)
+        self.wait_idle()
         self._registered = False
         self._request("deregister")
         self.handler = None

@@ -27,7 +27,6 @@ import queue
 import shutil
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from mpi4py import MPI
 
@@ -264,6 +263,4 @@ class ElasticMPI:
         """Rank 0: the answer is on its way once the order thread is idle again."""
         if self.channel is None:
             return
-        deadline = time.monotonic() + timeout
-        while not self.channel._order_idle.is_set() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        self.channel.wait_idle(timeout)
