@@ -188,6 +188,10 @@ class JobChannel:
     def _request(self, line: str) -> str:
         """Send a line, wait for its reply; once more on a new connection if the old one dropped."""
         for attempt in range(2):
+            if attempt and line.startswith("hello "):
+                # The reconnection's handshake said hello, and the daemon took it: sending
+                # it again on the same connection is refused as a second hello.
+                return f"ok hello {PROTOCOL_VERSION}"
             reply = self._exchange(line)
             if reply is not None:
                 break
