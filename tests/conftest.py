@@ -37,6 +37,17 @@ class RunningDaemon:
         env = {**os.environ, "ELASTIC_STATE_DIR": str(self.state_dir)}
         return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=timeout)
 
+    def submit(self, path: Path) -> int:
+        """`esubmit` one job file; its job id."""
+        r = self.cli("esubmit", "--parsable", str(path))
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout)
+
+    def resize(self, job_id: int, nodes: int) -> None:
+        """`elasticd resize`, which must be accepted."""
+        r = self.cli("elasticd", "resize", str(job_id), str(nodes))
+        assert r.returncode == 0, r.stderr
+
     def wait(self, job_ids: list[int], timeout: float = 30) -> None:
         with self.client() as c:
             assert c.request(Wait(job_ids=job_ids, timeout=timeout), timeout=timeout + 5)["done"], \

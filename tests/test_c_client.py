@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RunningDaemon, wait_until, write_job
-from test_malleability import alive, resize, submit
+from test_malleability import alive, resize
 
 SOURCE = Path(__file__).parent.parent / "apps" / "c" / "elastic_client.c"
 
@@ -26,7 +26,7 @@ def c_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_c_client_registers_obeys_shrink_and_grow_and_exits(daemon: RunningDaemon, workdir: Path, c_client: Path) -> None:
-    jid = submit(daemon, write_job(workdir, "c", f'''
+    jid = daemon.submit(write_job(workdir, "c", f'''
         name = "cclient"
         command = ["sh", "-c", "echo $$ > pid-$ELASTIC_HOST-$ELASTIC_JOINING; exec {c_client} 2"]
         nodes = {{ min = 1, max = 4 }}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import stop_daemon, wait_until, write_job
 from mpi_support import job_ranks, mpi_skip_reason
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
 
@@ -37,12 +37,6 @@ def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path
     ''')
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
 @pytest.mark.timeout(170)
 def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart(
     vcluster: VCluster, tmp_path: Path  # noqa: F811
@@ -54,12 +48,12 @@ def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart
     work.mkdir()
     d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]", extra=["--order-deadline", "25"])
     try:
-        ref = submit(d, jacobi(work, "ref", "spawn", "1", 0.0))
+        ref = d.submit(jacobi(work, "ref", "spawn", "1", 0.0))
         d.wait([ref], timeout=60)
         assert d.job(ref)["state"] == "COMPLETED", (work / "ref.out").read_text()
         for mode in ("spawn", "restart"):
-            filler = submit(d, write_job(work, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
-            jid = submit(d, jacobi(work, mode, mode, "{ min = 1, max = 2 }", 0.008))
+            filler = d.submit(write_job(work, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
+            jid = d.submit(jacobi(work, mode, mode, "{ min = 1, max = 2 }", 0.008))
             d.wait_event(jid, "registered", timeout=30)
             first = d.job(jid)["hosts"]
             assert len(first) == 1

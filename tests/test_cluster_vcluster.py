@@ -181,12 +181,6 @@ def node_states(d: RunningDaemon) -> dict[str, str]:
     return {n["name"]: n["state"] for n in json.loads(r.stdout)["nodes"]}
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
 def first_line(path: Path) -> str:
     assert wait_until(lambda: path.exists() and path.read_text().strip() != "", 10), f"{path} stays empty"
     return path.read_text().splitlines()[0].strip()
@@ -238,14 +232,14 @@ def test_salloc_elasticd_start_rigid_and_malleable_jobs_across_nodes(vcluster: V
         started = (tmp_path / "salloc.log").read_text()
         assert "nodes from Slurm job" in started and "node[1-3]" in started and f"launcher {launcher}" in started
 
-        rigid = submit(d, rigid_job(work, 1))
+        rigid = d.submit(rigid_job(work, 1))
         assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
         rigid_node = d.job(rigid)["hosts"][0]
         rigid_pid = pid_file(work, f"pid-rigid-{rigid_node}")
         assert node_of(rigid_pid) == rigid_node
         assert first_line(work / f"rigid-{rigid_node}.out") == rigid_node
 
-        mall = submit(d, recorder_job(work, "{ min = 1, max = 2, preferred = 1 }"))
+        mall = d.submit(recorder_job(work, "{ min = 1, max = 2, preferred = 1 }"))
         info = d.wait_event(mall, "registered", timeout=30)
         first = info["hosts"][0]
         leader = pid_file(work, f"pid-{first}")
@@ -321,7 +315,7 @@ def test_unreachable_nodes_start_down_and_one_that_comes_back_is_used(vcluster: 
         d = cluster_daemon(vcluster, tmp_path / "state", "node[1-4]", cfg,
                            ["--connect-timeout", "2", "--node-retry", "1"])
         assert node_states(d) == {"node1": "idle", "node2": "idle", "node3": "down", "node4": "down"}
-        jid = submit(d, rigid_job(work, 3, "wide"))
+        jid = d.submit(rigid_job(work, 3, "wide"))
         time.sleep(1.0)
         assert d.job(jid)["state"] == "PENDING"
         set_link("node3", True)
@@ -352,11 +346,11 @@ def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_
     try:
         d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
                            extra=["--node-timeout", "4", "--node-retry", "1", "--connect-timeout", "2"])
-        rigid = submit(d, rigid_job(work, 1))
+        rigid = d.submit(rigid_job(work, 1))
         assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
         assert d.job(rigid)["hosts"] == ["node1"]
         rigid_pid = pid_file(work, "pid-rigid-node1")
-        mall = submit(d, recorder_job(work, "{ min = 1, max = 2 }"))
+        mall = d.submit(recorder_job(work, "{ min = 1, max = 2 }"))
         info = d.wait_event(mall, "registered", timeout=30)
         assert info["hosts"] == ["node2", "node3"]
         worker = pid_file(work, "pid-node3")

@@ -10,12 +10,6 @@ import psutil
 from conftest import RunningDaemon, wait_until, write_job
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout.strip())
-
-
 def pids_in(folder: Path, pattern: str) -> list[int]:
     return [int(p.read_text().split()[0]) for p in sorted(folder.glob(pattern))]
 
@@ -43,7 +37,7 @@ def test_successful_job_completes_on_every_host_with_its_environment_and_output(
         error = "%x-%j-%t.err"
         time_limit = "1"
     ''')
-    jid = submit(daemon, job)
+    jid = daemon.submit(job)
     daemon.wait([jid])
     info = daemon.jobs(jid)[jid]
     assert info["state"] == "COMPLETED"
@@ -60,13 +54,13 @@ def test_successful_job_completes_on_every_host_with_its_environment_and_output(
 
 
 def test_failing_job_is_failed_with_exit_code_and_signal_shown(daemon: RunningDaemon, workdir: Path) -> None:
-    code = submit(daemon, write_job(workdir, "f", '''
+    code = daemon.submit(write_job(workdir, "f", '''
         name = "fails"
         command = ["sh", "-c", "exit 3"]
         nodes = 1
         working_dir = "."
     '''))
-    killed = submit(daemon, write_job(workdir, "k", '''
+    killed = daemon.submit(write_job(workdir, "k", '''
         name = "killed"
         command = ["sh", "-c", "kill -9 $$"]
         nodes = 1
@@ -82,7 +76,7 @@ def test_failing_job_is_failed_with_exit_code_and_signal_shown(daemon: RunningDa
 
 def test_job_past_its_time_limit_is_terminated_and_marked_timeout(daemon: RunningDaemon, workdir: Path) -> None:
     # Ignores SIGTERM, so the daemon must follow up with SIGKILL after kill-wait (1 s here).
-    jid = submit(daemon, write_job(workdir, "t", '''
+    jid = daemon.submit(write_job(workdir, "t", '''
         name = "sleepy"
         command = ["sh", "-c", "trap '' TERM; echo $$ > main.pid; sleep 300 & echo $! > child.pid; wait"]
         nodes = 1
@@ -98,7 +92,7 @@ def test_job_past_its_time_limit_is_terminated_and_marked_timeout(daemon: Runnin
 
 
 def test_leftover_background_processes_of_a_finished_job_are_ended(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, write_job(workdir, "bg", '''
+    jid = daemon.submit(write_job(workdir, "bg", '''
         name = "bg"
         command = ["sh", "-c", "sleep 300 & echo $! > child-$ELASTIC_NODE_INDEX.pid; exit 0"]
         nodes = 2
@@ -112,13 +106,13 @@ def test_leftover_background_processes_of_a_finished_job_are_ended(daemon: Runni
 
 
 def test_cancel_pending_and_running_jobs(daemon: RunningDaemon, workdir: Path) -> None:
-    running = submit(daemon, write_job(workdir, "r", '''
+    running = daemon.submit(write_job(workdir, "r", '''
         name = "big"
         command = ["sh", "-c", "echo $$ > big-$ELASTIC_NODE_INDEX.pid; exec sleep 300"]
         nodes = 4
         working_dir = "."
     '''))
-    pending = submit(daemon, write_job(workdir, "p", '''
+    pending = daemon.submit(write_job(workdir, "p", '''
         name = "waiting"
         command = ["true"]
         nodes = 1
@@ -148,13 +142,13 @@ def test_cancel_of_unknown_job_names_it_and_touches_nothing(daemon: RunningDaemo
 
 
 def test_equeue_json_document_has_every_field_even_when_unknown(daemon: RunningDaemon, workdir: Path) -> None:
-    blocker = submit(daemon, write_job(workdir, "b", '''
+    blocker = daemon.submit(write_job(workdir, "b", '''
         name = "blocker"
         command = ["sleep", "300"]
         nodes = 4
         working_dir = "."
     '''))
-    waiting = submit(daemon, write_job(workdir, "w", '''
+    waiting = daemon.submit(write_job(workdir, "w", '''
         name = "waiting"
         command = ["true"]
         nodes = { min = 1, max = 2 }
@@ -189,7 +183,7 @@ def test_stop_ends_running_jobs_cleanly_and_says_so(tmp_path: Path, workdir: Pat
 
     d = start_daemon(tmp_path / "s")
     try:
-        jid = submit(d, write_job(workdir, "s", '''
+        jid = d.submit(write_job(workdir, "s", '''
             name = "forever"
             command = ["sh", "-c", "echo $$ > f.pid; exec sleep 300"]
             nodes = 2

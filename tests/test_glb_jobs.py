@@ -77,17 +77,6 @@ def glb_job(folder: Path, app: str, args: list[str], nodes: str, kind: str, name
     ''')
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
-def resize(d: RunningDaemon, job_id: int, nodes: int) -> None:
-    r = d.cli("elasticd", "resize", str(job_id), str(nodes))
-    assert r.returncode == 0, r.stderr
-
-
 def output_of(d: RunningDaemon, job_id: int) -> dict[str, Any]:
     info = d.job(job_id)
     text = Path(info["output_path"]).read_text()
@@ -128,7 +117,7 @@ def rigid_jobs(shared_daemon: RunningDaemon, tmp_path_factory: pytest.TempPathFa
     for app, places in RIGID_CASES:
         hosts, per_host = PLACES[places]
         args = [*APP_ARGS[app], "--rigid", "--places-per-host", str(per_host)]
-        jobs[(app, places)] = submit(shared_daemon, glb_job(folder, app, args, str(hosts), "rigid", f"{app}-{places}"))
+        jobs[(app, places)] = shared_daemon.submit(glb_job(folder, app, args, str(hosts), "rigid", f"{app}-{places}"))
     return jobs
 
 
@@ -144,7 +133,7 @@ def test_rigid_run_gives_the_reference_result(shared_daemon: RunningDaemon, rigi
 
 
 def test_uts_t1_has_the_published_node_count_on_two_places(shared_daemon: RunningDaemon, tmp_path: Path) -> None:
-    jid = submit(shared_daemon, glb_job(tmp_path, "uts", ["--tree", "T1", "--rigid"], "2", "rigid", "t1"))
+    jid = shared_daemon.submit(glb_job(tmp_path, "uts", ["--tree", "T1", "--rigid"], "2", "rigid", "t1"))
     out = finished(shared_daemon, jid)
     assert (out["nodes"], out["leaves"], out["max_depth"]) == (4_130_071, 3_305_118, 10)
     assert out["places"] == 2
@@ -165,18 +154,18 @@ def test_malleable_run_survives_shrinks_and_grows_mid_computation(daemon: Runnin
     pause = workdir / "pause"
     pause.touch()
     args = [*APP_ARGS[app], "--pause-file", str(pause), "--pause-after", str(PAUSE_AFTER[app])]
-    jid = submit(daemon, glb_job(workdir, app, args, "{ min = 1, max = 4 }", "malleable"))
+    jid = daemon.submit(glb_job(workdir, app, args, "{ min = 1, max = 4 }", "malleable"))
     daemon.wait_event(jid, "registered")
     wait_held(workdir, range(4))
 
-    resize(daemon, jid, 2)                      # places 2, 3 hand their work off
+    daemon.resize(jid, 2)                      # places 2, 3 hand their work off
     assert daemon.wait_event(jid, "shrunk")["hosts"] == ["node1", "node2"]
-    resize(daemon, jid, 4)                      # places 4, 5 join and steal
+    daemon.resize(jid, 4)                      # places 4, 5 join and steal
     assert daemon.wait_event(jid, "grown")["hosts"] == ["node1", "node2", "node3", "node4"]
     wait_held(workdir, range(4, 6))
-    resize(daemon, jid, 1)                      # places 1, 4, 5 hand off to place 0
+    daemon.resize(jid, 1)                      # places 1, 4, 5 hand off to place 0
     assert daemon.wait_event(jid, "shrunk", count=2)["hosts"] == ["node1"]
-    resize(daemon, jid, 3)                      # places 6, 7 join
+    daemon.resize(jid, 3)                      # places 6, 7 join
     assert daemon.wait_event(jid, "grown", count=2)["hosts"] == ["node1", "node2", "node3"]
     wait_held(workdir, range(6, 8))
     pause.unlink()
@@ -198,12 +187,12 @@ def test_forked_places_leave_and_join_with_their_host(daemon: RunningDaemon, wor
     pause = workdir / "pause"
     pause.touch()
     args = [*UTS_ARGS, "--places-per-host", "2", "--pause-file", str(pause), "--pause-after", "3000"]
-    jid = submit(daemon, glb_job(workdir, "uts", args, "{ min = 1, max = 3 }", "malleable"))
+    jid = daemon.submit(glb_job(workdir, "uts", args, "{ min = 1, max = 3 }", "malleable"))
     daemon.wait_event(jid, "registered")
     wait_held(workdir, range(6))
-    resize(daemon, jid, 1)                      # 2 hosts = places 2..5 leave
+    daemon.resize(jid, 1)                      # 2 hosts = places 2..5 leave
     assert daemon.wait_event(jid, "shrunk")["hosts"] == ["node1"]
-    resize(daemon, jid, 2)                      # places 6, 7 on node2
+    daemon.resize(jid, 2)                      # places 6, 7 on node2
     daemon.wait_event(jid, "grown")
     wait_held(workdir, range(6, 8))
     pause.unlink()
@@ -218,7 +207,7 @@ def test_a_lost_place_fails_the_job_instead_of_hanging(daemon: RunningDaemon, wo
     pause = workdir / "pause"
     pause.touch()
     args = [*UTS_ARGS, "--pause-file", str(pause), "--pause-after", "5000"]
-    jid = submit(daemon, glb_job(workdir, "uts", args, "{ min = 1, max = 2 }", "malleable"))
+    jid = daemon.submit(glb_job(workdir, "uts", args, "{ min = 1, max = 2 }", "malleable"))
     daemon.wait_event(jid, "registered")
     wait_held(workdir, range(2))
     victim = next(p for p in psutil.Process(daemon.record.pid).children(recursive=True)

@@ -29,12 +29,6 @@ def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, ma
     ''')
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
 def resize(d: RunningDaemon, job_id: int, nodes: int):
     return d.cli("elasticd", "resize", str(job_id), str(nodes))
 
@@ -75,7 +69,7 @@ def fast_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
 
 
 def test_shrink_then_grow_changes_hosts_and_ends_released_processes(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir))
+    jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")
     assert daemon.job(jid)["hosts"] == ["node1", "node2", "node3", "node4"]
     old = {h: pid_of(workdir, h) for h in ("node3", "node4")}
@@ -106,7 +100,7 @@ def test_shrink_then_grow_changes_hosts_and_ends_released_processes(daemon: Runn
 
 
 def test_application_chooses_which_hosts_to_release(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir, mode="choose_first"))
+    jid = daemon.submit(recorder_job(workdir, mode="choose_first"))
     daemon.wait_event(jid, "registered")
     node2 = pid_of(workdir, "node2")
     assert resize(daemon, jid, 3).returncode == 0
@@ -117,7 +111,7 @@ def test_application_chooses_which_hosts_to_release(daemon: RunningDaemon, workd
 
 
 def test_refused_order_leaves_the_job_as_it_was(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir, mode="refuse"))
+    jid = daemon.submit(recorder_job(workdir, mode="refuse"))
     daemon.wait_event(jid, "registered")
     assert resize(daemon, jid, 2).returncode == 0
     info = daemon.wait_event(jid, "refused")
@@ -131,7 +125,7 @@ def test_refused_order_leaves_the_job_as_it_was(daemon: RunningDaemon, workdir: 
 
 
 def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir, mode="defer"))
+    jid = daemon.submit(recorder_job(workdir, mode="defer"))
     daemon.wait_event(jid, "registered")
     assert resize(daemon, jid, 2).returncode == 0
     daemon.wait_event(jid, "deferred")
@@ -142,7 +136,7 @@ def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: Running
 
 def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: RunningDaemon, workdir: Path) -> None:
     d = fast_daemon
-    jid = submit(d, recorder_job(workdir, mode="hang"))
+    jid = d.submit(recorder_job(workdir, mode="hang"))
     d.wait_event(jid, "registered")
     node4 = pid_of(workdir, "node4")
     assert resize(d, jid, 3).returncode == 0
@@ -158,7 +152,7 @@ def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: Run
 
 
 def test_disabled_handler_receives_no_more_orders(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir))
+    jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")
     (workdir / "disable").touch()
     daemon.wait_event(jid, "deregistered")
@@ -170,14 +164,14 @@ def test_disabled_handler_receives_no_more_orders(daemon: RunningDaemon, workdir
 
 
 def test_rigid_job_cannot_be_resized(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, write_job(workdir, "r", 'name = "r"\ncommand = ["sleep", "30"]\nnodes = 2\nworking_dir = "."\n'))
+    jid = daemon.submit(write_job(workdir, "r", 'name = "r"\ncommand = ["sleep", "30"]\nnodes = 2\nworking_dir = "."\n'))
     r = resize(daemon, jid, 1)
     assert r.returncode == 1 and "only malleable and evolving jobs resize" in r.stderr
     daemon.cli("ecancel", str(jid))
 
 
 def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir, nodes="{ min = 1, max = 3 }", kind="evolving"))
+    jid = daemon.submit(recorder_job(workdir, nodes="{ min = 1, max = 3 }", kind="evolving"))
     daemon.wait_event(jid, "registered")
     assert daemon.job(jid)["hosts"] == ["node1"]
     (workdir / "request-2").touch()
@@ -187,7 +181,7 @@ def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(da
     (workdir / "release-node3").touch()
     info = daemon.wait_event(jid, "released")
     assert info["hosts"] == ["node1", "node2"]
-    blocker = submit(daemon, write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 2\nworking_dir = "."\n'))
+    blocker = daemon.submit(write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 2\nworking_dir = "."\n'))
     assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 5)
     (workdir / "request-1").touch()
     daemon.wait_event(jid, "requested")
@@ -199,7 +193,7 @@ def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(da
 
 
 def test_application_that_dies_during_a_resize_leaves_the_daemon_consistent(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir, mode="die_on_shrink"))
+    jid = daemon.submit(recorder_job(workdir, mode="die_on_shrink"))
     daemon.wait_event(jid, "registered")
     assert resize(daemon, jid, 2).returncode == 0
     info = daemon.wait_event(jid, "order_failed")
@@ -216,7 +210,7 @@ def _app_socket(d: RunningDaemon) -> LineSocket:
 
 
 def test_garbage_from_an_application_gets_errors_then_the_connection_is_closed(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir))
+    jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")
     secret = (workdir / "secret").read_text()
     io = _app_socket(daemon)
@@ -239,8 +233,8 @@ def test_application_cannot_claim_another_jobs_id(daemon: RunningDaemon, workdir
     a_dir, b_dir = workdir / "a", workdir / "b"
     a_dir.mkdir()
     b_dir.mkdir()
-    a = submit(daemon, recorder_job(a_dir, nodes="{ min = 1, max = 2 }"))
-    b = submit(daemon, recorder_job(b_dir, nodes="{ min = 1, max = 2 }"))
+    a = daemon.submit(recorder_job(a_dir, nodes="{ min = 1, max = 2 }"))
+    b = daemon.submit(recorder_job(b_dir, nodes="{ min = 1, max = 2 }"))
     daemon.wait_event(a, "registered")
     daemon.wait_event(b, "registered")
     io = _app_socket(daemon)
@@ -257,7 +251,7 @@ def test_application_cannot_claim_another_jobs_id(daemon: RunningDaemon, workdir
 
 def test_async_handler_methods_run_on_the_applications_event_loop(daemon: RunningDaemon, workdir: Path) -> None:
     app = Path(__file__).parent / "apps" / "async_app.py"
-    jid = submit(daemon, write_job(workdir, "a", f'''
+    jid = daemon.submit(write_job(workdir, "a", f'''
         name = "asyncapp"
         command = ["{sys.executable}", "{app}"]
         nodes = {{ min = 1, max = 3 }}
@@ -273,7 +267,7 @@ def test_async_handler_methods_run_on_the_applications_event_loop(daemon: Runnin
 
 
 def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_as_rigid(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, recorder_job(workdir))
+    jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")
     secret = (workdir / "secret").read_text()
     io = _app_socket(daemon)

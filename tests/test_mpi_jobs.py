@@ -27,12 +27,6 @@ def mpi_hello_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
 def rank_lines(out: Path) -> list[tuple[int, str]]:
     # mpirun forwards each rank's output as it comes: lines of two ranks may run together.
     return sorted((int(r), h) for r, h in re.findall(r"rank (\d+) of \d+ on (\S+) pid", out.read_text()))
@@ -41,7 +35,7 @@ def rank_lines(out: Path) -> list[tuple[int, str]]:
 def test_rigid_c_mpi_job_runs_ranks_per_node_on_each_of_its_hosts(
     daemon: RunningDaemon, workdir: Path, mpi_hello_binary: Path
 ) -> None:
-    jid = submit(daemon, write_job(workdir, "c", f'''
+    jid = daemon.submit(write_job(workdir, "c", f'''
         name = "chello"
         command = ["{mpi_hello_binary}"]
         nodes = 3
@@ -64,7 +58,7 @@ def test_moldable_mpi4py_job_gets_one_rank_per_granted_host(daemon: RunningDaemo
     reason = mpi_skip_reason()
     if reason:
         pytest.skip(reason)
-    jid = submit(daemon, write_job(workdir, "py", f'''
+    jid = daemon.submit(write_job(workdir, "py", f'''
         name = "pyhello"
         command = ["{sys.executable}", "{APPS / 'mpi_hello.py'}"]
         nodes = {{ min = 2, max = 4 }}
@@ -81,7 +75,7 @@ def test_moldable_mpi4py_job_gets_one_rank_per_granted_host(daemon: RunningDaemo
 
 
 def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir: Path, mpi_hello_binary: Path) -> None:
-    jid = submit(daemon, write_job(workdir, "spin", f'''
+    jid = daemon.submit(write_job(workdir, "spin", '''
         name = "spin"
         command = ["sleep", "60"]
         nodes = 2
@@ -89,7 +83,6 @@ def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir
         working_dir = "."
         time_limit = "1"
     '''))
-    from conftest import wait_until
     assert wait_until(lambda: sum(len(v) for v in job_ranks(jid).values()) == 2, 20), job_ranks(jid)
     r = daemon.cli("ecancel", str(jid))
     assert r.returncode == 0, r.stderr

@@ -5,7 +5,6 @@ run without resizes, and no rank is left on the released hosts."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,19 +46,8 @@ def jacobi_job(folder: Path, name: str, mode: str, nodes: str, delay: float) -> 
     ''')
 
 
-def submit(d: RunningDaemon, path: Path) -> int:
-    r = d.cli("esubmit", "--parsable", str(path))
-    assert r.returncode == 0, r.stderr
-    return int(r.stdout)
-
-
-def resize(d: RunningDaemon, job_id: int, nodes: int) -> None:
-    r = d.cli("elasticd", "resize", str(job_id), str(nodes))
-    assert r.returncode == 0, r.stderr
-
-
 def reference(d: RunningDaemon, folder: Path) -> bytes:
-    jid = submit(d, jacobi_job(folder, "ref", "spawn", "2", 0.0))
+    jid = d.submit(jacobi_job(folder, "ref", "spawn", "2", 0.0))
     d.wait([jid], timeout=60)
     assert d.job(jid)["state"] == "COMPLETED", (folder / "ref.out").read_text()
     return (folder / "ref.bin").read_bytes()
@@ -67,13 +55,13 @@ def reference(d: RunningDaemon, folder: Path) -> bytes:
 
 def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, str]:
     # A filler holds two nodes so that the job starts on two, then gives them back.
-    filler = submit(d, write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
-    jid = submit(d, jacobi_job(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
+    filler = d.submit(write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
+    jid = d.submit(jacobi_job(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
     d.wait_event(jid, "registered", timeout=20)
     assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
     assert d.cli("ecancel", str(filler)).returncode == 0
     d.wait([filler], timeout=20)
-    resize(d, jid, 4)
+    d.resize(jid, 4)
     d.wait_event(jid, "grown", timeout=30)
     if mode == "restart":
         d.wait_event(jid, "registered", count=2, timeout=30)
@@ -81,7 +69,7 @@ def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, st
     assert len(hosts) == 4
     assert wait_until(lambda: all(job_ranks(jid).get(h) for h in hosts), 20), job_ranks(jid)
     grown_on = sorted(job_ranks(jid))
-    resize(d, jid, 2)
+    d.resize(jid, 2)
     info = d.wait_event(jid, "shrunk", timeout=30)
     released = [h for h in hosts if h not in info["hosts"]]
     assert len(released) == 2

@@ -22,7 +22,7 @@ from elastic_protocol.control import Resize, Submit
 from elastic_protocol.jobspec import JobSpec
 
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
-from test_malleability import app_log, finish, pid_of, recorder_job, submit
+from test_malleability import app_log, finish, pid_of, recorder_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -142,7 +142,7 @@ def test_daemon_restart_mid_shrink_settles_the_order_with_the_reconnected_applic
     d = daemons.start()
     path = recorder_job(workdir, mode="slow_shrink")
     path.write_text(path.read_text().replace('time_limit = "2"', 'time_limit = "5"'))
-    jid = submit(d, path)
+    jid = d.submit(path)
     d.wait_event(jid, "registered")
     leader = pid_of(workdir, "node1")
     released = [pid_of(workdir, h) for h in ("node3", "node4")]
@@ -165,7 +165,7 @@ def test_daemon_restart_mid_shrink_settles_the_order_with_the_reconnected_applic
 def test_application_crashing_mid_shrink_across_a_daemon_restart_fails_the_job_and_frees_its_nodes(
         daemons: Daemons, workdir: Path) -> None:
     d = daemons.start()
-    jid = submit(d, recorder_job(workdir, mode="die_on_shrink"))
+    jid = d.submit(recorder_job(workdir, mode="die_on_shrink"))
     d.wait_event(jid, "registered")
     with d.client() as c:
         c.request(Resize(job_id=jid, nodes=2))

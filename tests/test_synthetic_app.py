@@ -11,7 +11,7 @@ import pytest
 from elastic_apps.models import Amdahl, ReconfigCost, Rho, parse_speedup, predicted_runtime
 
 from conftest import RunningDaemon, write_job
-from test_malleability import resize, submit
+from test_malleability import resize
 
 
 def synthetic_job(folder: Path, work: float, speedup: str, nodes: str, extra: str = "") -> Path:
@@ -48,7 +48,7 @@ def test_predicted_runtime_follows_size_history_and_reconfiguration_cost() -> No
 
 
 def test_synthetic_job_run_time_matches_its_model_across_resizes(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = submit(daemon, synthetic_job(workdir, 6.0, "amdahl:0.1", "{ min = 1, max = 4 }", ', "--alpha", "0.2"'))
+    jid = daemon.submit(synthetic_job(workdir, 6.0, "amdahl:0.1", "{ min = 1, max = 4 }", ', "--alpha", "0.2"'))
     daemon.wait_event(jid, "registered")
     assert resize(daemon, jid, 2).returncode == 0
     daemon.wait_event(jid, "shrunk")
@@ -67,7 +67,7 @@ def test_synthetic_job_run_time_matches_its_model_across_resizes(daemon: Running
 def test_synthetic_job_costs_almost_no_cpu(daemon: RunningDaemon, workdir: Path) -> None:
     import psutil
 
-    jid = submit(daemon, synthetic_job(workdir, 8.0, "linear", "4"))
+    jid = daemon.submit(synthetic_job(workdir, 8.0, "linear", "4"))
     daemon.wait_event(jid, "registered", timeout=10)
     procs = []
     for p in psutil.process_iter(["cwd", "environ"]):
