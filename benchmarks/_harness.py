@@ -62,6 +62,22 @@ def submit(client: ControlClient, spec: JobSpec) -> int:
     return int(client.request(Submit(spec=spec))["job_id"])
 
 
+def timed_requests(client: ControlClient, reqs: list[Submit]) -> tuple[float, list[float]]:
+    """Send the requests in sequence: (seconds in all, rate in each quarter of the run).
+
+    Per-quarter rates show a cost that grows with the queue, which the average hides; with
+    fewer than 4 requests there are no quarters."""
+    quarter = len(reqs) // 4 if len(reqs) >= 4 else len(reqs) + 1
+    marks: list[float] = []
+    t0 = time.perf_counter()
+    for i, req in enumerate(reqs, 1):
+        client.request(req)
+        if i % quarter == 0:
+            marks.append(time.perf_counter())
+    elapsed = time.perf_counter() - t0
+    return elapsed, [quarter / (b - a) for a, b in zip([t0, *marks], marks[:4])]
+
+
 def wait_running(client: ControlClient, job_ids: list[int], timeout: float = 20.0) -> None:
     """Block until every job is RUNNING, so the measurement starts in a steady state."""
     deadline = time.monotonic() + timeout

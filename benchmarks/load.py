@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import os
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -35,7 +34,7 @@ import time
 from pathlib import Path
 
 import psutil
-from _harness import BenchDaemon, bench_daemon, submit, verdict
+from _harness import BenchDaemon, bench_daemon, submit, timed_requests, verdict
 from elastic_protocol.control import Queue, Status, Submit
 from elastic_protocol.jobspec import JobSpec
 
@@ -181,18 +180,10 @@ def run(d: BenchDaemon, args: argparse.Namespace) -> bool:
 
         rng = random.Random(1)
         reqs = [Submit(spec=queued_spec(i, rng, d.work_dir)) for i in range(args.queued)]
-        marks = []
-        quarter = max(1, args.queued // 4)
         with d.client("load-submit") as c:
-            t2 = time.perf_counter()
-            for i, req in enumerate(reqs, 1):
-                c.request(req)
-                if i % quarter == 0:
-                    marks.append(time.perf_counter())
-            submit_s = time.perf_counter() - t2
+            submit_s, quarters = timed_requests(c, reqs)
             status = c.request(Status())["jobs_by_state"]
         rate = args.queued / submit_s
-        quarters = [quarter / (b - a) for a, b in zip([t2, *marks], marks)]
         print(f"submitted {args.queued} jobs in {submit_s:.2f} s = {rate:.0f} jobs/s "
               f"(per quarter: {', '.join(f'{q:.0f}' for q in quarters)}); jobs by state: {status}")
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _harness import BenchDaemon, bench_daemon, sleep_spec, submit, verdict, wait_running
+from _harness import BenchDaemon, bench_daemon, sleep_spec, submit, timed_requests, verdict, wait_running
 from elastic_protocol.control import Status, Submit
 
 from elasticd.client import ControlClient
@@ -53,20 +53,8 @@ def make_requests(d: BenchDaemon, nodes: int, n: int, tag: str) -> list[Submit]:
 
 def bench_persistent(d: BenchDaemon, nodes: int, n: int) -> Result:
     reqs = make_requests(d, nodes, n, "persist")
-    marks: list[float] = []
-    quarter = n // 4 if n >= 4 else n + 1  # too few jobs: no per-quarter figures
     with d.client("bench-persistent") as c:
-        t0 = time.perf_counter()
-        for i, req in enumerate(reqs, 1):
-            c.request(req)
-            if i % quarter == 0:
-                marks.append(time.perf_counter())
-        elapsed = time.perf_counter() - t0
-    quarters: list[float] = []
-    prev = t0
-    for m in marks[:4]:
-        quarters.append(quarter / (m - prev))
-        prev = m
+        elapsed, quarters = timed_requests(c, reqs)
     return Result("persistent connection", n, elapsed, quarters)
 
 
