@@ -57,8 +57,6 @@ def _host_launcher(
 
         return SSHLauncher(on_exit, on_hosts_gone, on_host_down, on_host_up, kill_wait=kill_wait,
                            options=SSHOptions(**options))
-    if kind == "srun":
-        from elasticd.launch.srun import SrunLauncher
+    from elasticd.launch.srun import SrunLauncher  # make_launcher checked the kind
 
-        return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, **options)
-    raise ElasticError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")
+    return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, **options)

@@ -168,9 +168,8 @@ class SdPolicy:
             e, is_req = entries[i]
             malleable_left[i] = malleable_left[i + 1] + (not is_req and e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
         # Giving idle nodes back needs every examined job's reservation on the map.
-        may_give_back = free > 0 and any(
-            r.size < _before_lending(r) and resizable(r, now, self.min_resize_interval) for r in snap.running
-        )
+        lenders = self._lenders(snap) if free > 0 else []
+        may_give_back = bool(lenders)
         blocked = False  # some entry ahead was neither started nor granted on this pass
         served_from = 0
         for i, (e, is_request) in enumerate(entries):
@@ -231,7 +230,7 @@ class SdPolicy:
         # Nodes go back to lenders only on a pass that lends none and keeps no promise, so
         # that no pass both shrinks some jobs and grows others.
         if not (self._promised or (mates is not None and mates.used)):
-            out.extend(self._give_back(snap, prof, free, set()))
+            out.extend(self._give_back(now, prof, free, lenders))
         return out
 
     def _keep_promise(
@@ -500,26 +499,27 @@ class SdPolicy:
         return _Mates(out, cutoff)
 
     # ---- nodes back to the jobs that lent them ----------------------------------------------
-    def _give_back(self, snap: Snapshot, prof: FreeProfile, free: int, used: set[int]) -> list[Decision]:
+    def _lenders(self, snap: Snapshot) -> list[tuple[RunningView, int]]:
+        """Resizable running jobs below the size they had before lending, with that size."""
+        out = []
+        for r in snap.running:
+            before = _before_lending(r)
+            if r.size < before and resizable(r, snap.now, self.min_resize_interval):
+                out.append((r, before))
+        return out
+
+    @staticmethod
+    def _give_back(now: float, prof: FreeProfile, free: int, lenders: list[tuple[RunningView, int]]) -> list[Decision]:
         """Idle nodes back to jobs that lent theirs: all they lent at once (the paper's mate
         gets its cores back whole when the borrower ends), for as long as no reservation needs
         them; those that lent the largest share first. Never a few nodes at a time: each
         resize costs the application a reconfiguration, and trickling nodes back would
         resize a lender again on every pass that frees a handful."""
-        if free <= 0:
-            return []
-        now = snap.now
-        short = [
-            r
-            for r in snap.running
-            if r.size < _before_lending(r) and r.job_id not in used and resizable(r, now, self.min_resize_interval)
-        ]
-        short.sort(key=lambda r: (r.size / _before_lending(r), r.job_id))
         out: list[Decision] = []
-        for r in short:
+        for r, before in sorted(lenders, key=lambda rb: (rb[0].size / rb[1], rb[0].job_id)):
             if free <= 0:
                 break
-            n = _before_lending(r) - r.size
+            n = before - r.size
             if n <= min(free, prof.min_free(now, r.estimated_end)):
                 prof.reserve(now, r.estimated_end, n)
                 out.append(Grow(r.job_id, n))
