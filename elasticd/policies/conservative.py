@@ -53,17 +53,25 @@ class StartBound:
         for i in range(k - 1, -1, -1):
             self.need[i] = min(self.need[i + 1], needs[i])
             self.dur[i] = min(self.dur[i + 1], durations[i])
-        # Per duration group: positions of its entries and the suffix minimum of their needs.
-        groups: list[tuple[list[int], list[int]]] = [([], []) for _ in self.BOUNDS]
-        for i, d in enumerate(durations):
-            g = bisect.bisect_right(self.BOUNDS, d) - 1
-            groups[g][0].append(i)
-            groups[g][1].append(needs[i])
-        self.groups = []
-        for lower, (pos, need) in zip(self.BOUNDS, groups):
-            for j in range(len(need) - 2, -1, -1):
-                need[j] = min(need[j], need[j + 1])
-            self.groups.append((lower, pos, need))
+        self._needs, self._durations = needs, durations
+        self._groups: list[tuple[float, list[int], list[int]]] | None = None
+
+    @property
+    def groups(self) -> list[tuple[float, list[int], list[int]]]:
+        """Per duration group: its lower bound, the positions of its entries and the
+        suffix minimum of their needs (built on first use: most walks end before)."""
+        if self._groups is None:
+            groups: list[tuple[list[int], list[int]]] = [([], []) for _ in self.BOUNDS]
+            for i, d in enumerate(self._durations):
+                g = bisect.bisect_right(self.BOUNDS, d) - 1
+                groups[g][0].append(i)
+                groups[g][1].append(self._needs[i])
+            self._groups = []
+            for lower, (pos, need) in zip(self.BOUNDS, groups):
+                for j in range(len(need) - 2, -1, -1):
+                    need[j] = min(need[j], need[j + 1])
+                self._groups.append((lower, pos, need))
+        return self._groups
 
     def exhausted(self, i: int, idle: int, prof: FreeProfile) -> bool:
         need = self.need[i]

@@ -85,23 +85,46 @@ class FreeProfile:
         """Earliest start >= `after` (default now) with `need` nodes free for `duration`
         seconds; inf if that never happens.
 
-        Find the first time with enough nodes, then look for the *last* congested segment
-        of the window from there; none: found; else resume after it. Each round skips every
-        start that would overlap that segment, and whole blocks are skipped both ways.
+        One walk forward: a candidate start is the first time with enough nodes since the
+        last short segment; it is the answer once a segment begins `duration` after it.
+        Blocks with enough nodes everywhere, or nowhere, are passed whole.
         """
         t = self.now if after is None else max(after, self.now)
         if need <= 0:
             return t
-        while True:
-            c = self._first_enough(t, need)
-            if c == math.inf or duration <= 0:
-                return c
-            short = self.last_short(c, c + duration, need)
-            if short is None:
-                return c
-            t = short
+        if duration <= 0:
+            return self.first_with(need, t)
+        bi, i = self._locate(t)
+        blocks, firsts, nb = self._blocks, self._firsts, len(self._blocks)
+        c = math.inf  # the candidate start; inf: none since the last short segment
+        while bi < nb:
+            b = blocks[bi]
+            add = b.add
+            if i == 0:
+                if b.times[0] >= c + duration:
+                    return c
+                if b.lo + add >= need:
+                    if c == math.inf:
+                        c = max(b.times[0], t)
+                    bi += 1
+                    continue
+                if b.hi + add < need:
+                    c = math.inf
+                    bi += 1
+                    continue
+            times, free = b.times, b.free
+            for j in range(i, len(times)):
+                if times[j] >= c + duration:
+                    return c
+                if free[j] + add < need:
+                    c = math.inf
+                elif c == math.inf:
+                    c = max(times[j], t)
+            bi += 1
+            i = 0
+        return c
 
-    def _first_enough(self, t: float, need: int) -> float:
+    def first_with(self, need: int, t: float) -> float:
         """The first time >= t at which at least `need` nodes are free (inf: never)."""
         bi, i = self._locate(t)
         blocks, nb = self._blocks, len(self._blocks)

@@ -64,6 +64,7 @@ Readings where the paper is silent:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,8 @@ class _Mates:
     cutoff: float  # MAX_SLOWDOWN for this pass
     used: set[int] = field(default_factory=set)  # lent in this pass (and out of `ranked`)
     _widest: int | None = None
+    _latest: tuple[float, float] | None = None
+    _sets: list[tuple[tuple[_Mate, ...], int, float]] | None = None
 
     def widest(self, candidates: int, max_mates: int) -> int:
         """The most nodes any allowed set of candidates could lend: a bound that lets most
@@ -110,10 +113,35 @@ class _Mates:
             self._widest = sum(lends[:max_mates])
         return self._widest
 
+    def latest(self, candidates: int) -> tuple[float, float]:
+        """(latest predicted end, latest time limit) of the candidates: a new job must end
+        inside a mate's allocation, and past every mate's limit the map alone must hold it."""
+        if self._latest is None:
+            cands = self.ranked[:candidates]
+            self._latest = (
+                max((m.end for m in cands), default=-math.inf),
+                max((m.job.estimated_end for m in cands), default=-math.inf),
+            )
+        return self._latest
+
+    def sets(self, candidates: int, max_mates: int) -> list[tuple[tuple[_Mate, ...], int, float]]:
+        """Every allowed set of candidates, in the search's order, with the nodes it can
+        lend and the earliest predicted end among its members."""
+        if self._sets is None:
+            cands = self.ranked[:candidates]
+            self._sets = [
+                (chosen, sum(m.lend for m in chosen), min(m.end for m in chosen))
+                for r in range(1, max_mates + 1)
+                for chosen in itertools.combinations(cands, r)
+            ]
+        return self._sets
+
     def take(self, mate: _Mate) -> None:
         self.used.add(mate.job.job_id)
         self.ranked.remove(mate)
         self._widest = None
+        self._latest = None
+        self._sets = None
 
 
 class SdPolicy:
@@ -151,6 +179,7 @@ class SdPolicy:
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
+        self._predictions.forget_started(snap.pending)
         if self._promised:
             waiting = {j.job_id for j in snap.pending}
             self._promised = {k: v for k, v in self._promised.items() if k in waiting}
@@ -158,20 +187,26 @@ class SdPolicy:
         # on their preferred size (first come, first served) but not borrow these.
         promised_left = sum(self._promised.values())
         entries = queue_entries(snap)
-        bound = StartBound(
-            now,
-            [e.requested if is_req else e.start_nodes for e, is_req in entries],  # type: ignore[attr-defined]
-            [entry_duration(e, is_req, now) for e, is_req in entries],
-        )
+        # From each entry on: how many are malleable, and the fewest nodes any reserves.
         malleable_left = [0] * (len(entries) + 1)
+        least_need = [1 << 60] * (len(entries) + 1)
         for i in range(len(entries) - 1, -1, -1):
             e, is_req = entries[i]
-            malleable_left[i] = malleable_left[i + 1] + (not is_req and e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
+            if is_req:
+                malleable_left[i] = malleable_left[i + 1]
+                least_need[i] = min(least_need[i + 1], e.requested)  # type: ignore[attr-defined]
+            else:
+                malleable_left[i] = malleable_left[i + 1] + (e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
+                least_need[i] = min(least_need[i + 1], e.start_nodes)  # type: ignore[attr-defined]
+        bound: StartBound | None = None  # built on first need (rare with malleable jobs)
         # Giving idle nodes back needs every examined job's reservation on the map.
         lenders = self._lenders(snap) if free > 0 else []
         may_give_back = bool(lenders)
         blocked = False  # some entry ahead was neither started nor granted on this pass
         served_from = 0
+        # Entries before `next_actor` cannot act on this pass (see `_next_actor`): they only
+        # need their reservations, which the entries that may act are weighed against.
+        next_actor = 0
         for i, (e, is_request) in enumerate(entries):
             examined = i < self.max_job_test
             if i and not blocked:
@@ -180,9 +215,30 @@ class SdPolicy:
                     isinstance(d, (Start, Grow)) and d.job_id == prev for d in out[served_from:]
                 )
             served_from = len(out)
+            if i >= next_actor or (next_actor == len(entries) and i % 16 == 0):
+                if i >= next_actor:
+                    if mates is None and examined and malleable_left[i]:
+                        mates = self._mates(snap)
+                    next_actor = self._next_actor(
+                        entries, i, free, snap.incoming_nodes - promised_left, prof, mates, now
+                    )
+                if next_actor == len(entries) and self._give_back_settled(
+                    least_need[i], prof, free, lenders, mates, now
+                ):
+                    break  # nothing from here on acts, and the rest of the map cannot matter
+            quiet = i < next_actor
             no_mates = not examined or malleable_left[i] == 0 or (mates is not None and not mates.ranked)
-            if no_mates and not (may_give_back and examined) and bound.exhausted(i, free, prof):
-                break  # nothing from here on can start now or get a mate
+            if no_mates and not (may_give_back and examined):
+                if bound is None:
+                    bound = StartBound(
+                        now,
+                        [e.requested if is_req else e.start_nodes for e, is_req in entries],  # type: ignore[attr-defined]
+                        [entry_duration(e, is_req, now) for e, is_req in entries],
+                    )
+                if bound.exhausted(i, free, prof):
+                    # Nothing from here on can start now or get a mate. (A promise further
+                    # down is kept as it stands, not weighed again, on such a pass.)
+                    break
             if not examined:
                 # Past bf_max_job_test nothing is planned (as in Slurm, whose backfill stops
                 # there): such a job starts only in strict queue order, everyone ahead of it
@@ -219,7 +275,7 @@ class SdPolicy:
                 free -= n
                 prof.reserve(now, now + dur, n)
                 continue
-            if malleable and ts > now and examined:
+            if malleable and ts > now and examined and not quiet:
                 if mates is None:
                     mates = self._mates(snap)
                 done, free = self._malleable(job, ts, prof, free, snap.incoming_nodes, promised_left, mates, out, now)
@@ -232,6 +288,167 @@ class SdPolicy:
         if not (self._promised or (mates is not None and mates.used)):
             out.extend(self._give_back(now, prof, free, lenders))
         return out
+
+    def _next_actor(
+        self,
+        entries: list[tuple[object, bool]],
+        i: int,
+        free: int,
+        incoming: int,
+        prof: FreeProfile,
+        mates: _Mates | None,
+        now: float,
+    ) -> int:
+        """The first entry from `i` on that could still start, be granted, keep a promise,
+        start reduced or get mates on this pass; len(entries) if none can. `incoming`: nodes
+        on their way back, less those promised to jobs further down.
+
+        Each test is a necessary condition of the corresponding path in `decide` and
+        `_malleable`, read on the state as it is now. The walk only tightens that state (idle
+        nodes are taken, reservations only take from the map, mates are only used up), so
+        an entry found unable stays unable -- except that using a mate lets the next-ranked
+        candidate in, which is why the search starts again after every entry that may act.
+        Most of a deep queue cannot act: skipping the mate search for it, and stopping the
+        walk once nobody after can act, is what keeps SD-Policy fast on deep queues."""
+        # Idle and incoming nodes not promised to a job further down; promises are only kept
+        # by the entries they were made for, where the walk stops anyway.
+        cap = max(0, free + incoming)
+        with_mates = mates is not None and bool(mates.ranked)
+        if with_mates:
+            assert mates is not None
+            widest = mates.widest(self.mate_candidates, self.max_mates)
+            latest_end, latest_limit = mates.latest(self.mate_candidates)
+            after_mates = max(latest_limit, now)
+        # The map does not change during this walk, and time limits repeat: one query each.
+        until: dict[float, int] = {}
+        past_mates: dict[float, int] = {}
+
+        def free_until(t: float) -> int:
+            if t not in until:
+                until[t] = prof.min_free(now, t)
+            return until[t]
+        for k in range(i, len(entries)):
+            e, is_request = entries[k]
+            if is_request:
+                r: RunningView = e  # type: ignore[assignment]
+                if k >= self.max_job_test:
+                    return len(entries)  # the walk stops at an unplanned request
+                if r.requested <= free and free_until(r.estimated_end) >= r.requested:
+                    return k
+                continue
+            job: PendingView = e  # type: ignore[assignment]
+            malleable = job.kind is JobKind.MALLEABLE
+            need = job.preferred if malleable else job.start_nodes
+            limit = math.inf if job.time_limit is None else float(job.time_limit)
+            if need <= free and free_until(now + limit) >= need:
+                return k  # it may start as planned
+            if k >= self.max_job_test:
+                return len(entries)  # unplanned jobs start in strict order: the walk stops here
+            if job.job_id in self._promised:
+                return k
+            if not malleable or (job.time_limit is None and (job.model is None or job.model.work is None)):
+                continue  # static placement only (no prediction without a limit or the work)
+            if job.min_nodes <= cap and free_until(now + limit) >= job.min_nodes:
+                return k  # it may start reduced, with no mate
+            if not with_mates:
+                continue
+            pp = self._predictions.pending(job)
+            reach = min(job.preferred, cap + widest)
+            if reach < job.min_nodes:
+                continue
+            fastest = pp.runtime(reach)
+            assert fastest is not None
+            if now + fastest > latest_end:
+                continue  # it cannot end inside any mate's allocation
+            hold = math.inf if job.time_limit is None else max(fastest, limit)
+            if latest_limit < now + hold:
+                if now + hold not in past_mates:
+                    past_mates[now + hold] = prof.min_free(after_mates, now + hold)
+                if past_mates[now + hold] < job.min_nodes:
+                    continue  # past every mate's limit the map cannot hold even its minimum
+            if self._may_get_mates(job, pp, cap, prof, mates, now):  # type: ignore[arg-type]
+                return k
+        return len(entries)
+
+    def _may_get_mates(
+        self, job: PendingView, pp: PendingPrediction, cap: int, prof: FreeProfile, mates: _Mates, now: float
+    ) -> bool:
+        """Whether some mate set could still pass `_pick_mates` when the job is reached: its
+        constraints with what can only get harder read as it stands now and what depends on
+        the job's own nodes read at their loosest. Waiting is taken as never ending (a
+        static start only gets later as jobs ahead reserve); the job's own nodes are at most
+        what the map leaves now (`base`), so it is at most this wide, ends no earlier, and
+        each mate lends at least what it lends here (and at least one node); past a mate's
+        limit the map must hold at least the nodes lent by mates already past theirs.
+        Penalties are not checked (they rarely decide; leaving a condition out keeps it
+        necessary)."""
+
+        def hold(run: float) -> float:
+            return math.inf if job.time_limit is None else max(run, float(job.time_limit))
+
+        longest = pp.runtime(job.min_nodes)
+        assert longest is not None
+        base = max(0, min(job.preferred, prof.min_free(now, now + hold(longest)), cap))
+        spans: dict[tuple[float, float], int] = {}
+
+        def free_in(a: float, b: float) -> int:
+            if (a, b) not in spans:
+                spans[a, b] = prof.min_free(a, b)
+            return spans[a, b]
+
+        def fits(chosen: tuple[_Mate, ...], n: int, run: float) -> bool:
+            lack = n - base
+            lent = []
+            for m in chosen:
+                k = min(m.lend, lack)
+                lack -= k
+                lent.append((m, max(1, k)))
+            stop = now + hold(run)
+            start, need = now, 0
+            for m, k in sorted(lent, key=lambda mk: mk[0].job.estimated_end):
+                until = min(max(m.job.estimated_end, now), stop)
+                if until > start:
+                    if free_in(start, until) < need:
+                        return False
+                    start = until
+                need += k
+            return stop <= start or free_in(start, stop) >= need
+
+        for chosen, lend, first_end in mates.sets(self.mate_candidates, self.max_mates):
+            n = min(job.preferred, base + lend)
+            if n < job.min_nodes:
+                continue
+            run = pp.runtime(n)
+            assert run is not None
+            if now + run <= first_end and fits(chosen, n, run):
+                return True
+        return False
+
+    def _give_back_settled(
+        self,
+        need: int,
+        prof: FreeProfile,
+        free: int,
+        lenders: list[tuple[RunningView, int]],
+        mates: _Mates | None,
+        now: float,
+    ) -> bool:
+        """Whether the reservations of the entries not yet placed (each of at least `need`
+        nodes) can no longer change what goes back to lenders: there is no give-back on
+        this pass, no lender could get its nodes back even on the map as it is, or none of
+        those entries can start before the last such lender's limit (nor now)."""
+        if free <= 0 or not lenders or self._promised or (mates is not None and mates.used):
+            return True
+        ends = [
+            r.estimated_end
+            for r, before in lenders
+            if before - r.size <= min(free, prof.min_free(now, r.estimated_end))
+        ]
+        if not ends:
+            return True
+        # A lender past its limit counts as ending now: the map at `now` itself decides.
+        first = prof.first_with(need, now)
+        return first > now and first >= max(ends)
 
     def _keep_promise(
         self, job: PendingView, n: int, prof: FreeProfile, free: int, incoming: int, out: list[Decision], now: float
@@ -284,7 +501,7 @@ class SdPolicy:
         """Place a malleable job that cannot start statically now, if that improves its
         predicted end: on fewer free nodes, or with mates. (placed?, idle nodes left).
         `spare`: idle or incoming nodes promised to jobs further down, not to be borrowed."""
-        pp = PendingPrediction(job)
+        pp = self._predictions.pending(job)
         static = pp.runtime(job.preferred)
         if static is None:
             return False, free  # no prediction: static placement only
