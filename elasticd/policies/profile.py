@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 _BLOCK = 64
 
@@ -66,6 +66,14 @@ class FreeProfile:
     def segments(self) -> list[tuple[float, int]]:
         """Every (start, free) pair in time order; for tests and debugging."""
         return [(t, f + b.add) for b in self._blocks for t, f in zip(b.times, b.free)]
+
+    def walk(self) -> Iterator[tuple[float, int]]:
+        """(start, free) of each segment in time order, lazily: for a reader that asks many
+        questions of an unchanging map and needs only its beginning."""
+        for b in self._blocks:
+            add = b.add
+            for t, f in zip(b.times, b.free):
+                yield t, f + add
 
     def _locate(self, t: float) -> tuple[int, int]:
         """(block, index) of the segment containing time t (t >= now)."""

@@ -64,6 +64,7 @@ Readings where the paper is silent:
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Callable
@@ -171,6 +172,7 @@ class SdPolicy:
         # job afresh against the nodes just freed, may prefer to wait, give the nodes back,
         # and shrink the mates again ten seconds later -- forever.
         self._promised: dict[int, int] = {}
+        self._traits: dict[int, tuple[PendingView, int, float, int, int, PendingPrediction | None]] = {}
 
     # ---- the pass ---------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
@@ -180,6 +182,9 @@ class SdPolicy:
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
         self._predictions.forget_started(snap.pending)
+        if len(self._traits) > 2 * len(snap.pending) + 64:
+            waiting = {j.job_id for j in snap.pending}
+            self._traits = {k: v for k, v in self._traits.items() if k in waiting}
         if self._promised:
             waiting = {j.job_id for j in snap.pending}
             self._promised = {k: v for k, v in self._promised.items() if k in waiting}
@@ -215,14 +220,15 @@ class SdPolicy:
                     isinstance(d, (Start, Grow)) and d.job_id == prev for d in out[served_from:]
                 )
             served_from = len(out)
-            if i >= next_actor or (next_actor == len(entries) and i % 16 == 0):
-                if i >= next_actor:
-                    if mates is None and examined and malleable_left[i]:
-                        mates = self._mates(snap)
-                    next_actor = self._next_actor(
-                        entries, i, free, snap.incoming_nodes - promised_left, prof, mates, now
-                    )
-                if next_actor == len(entries) and self._give_back_settled(
+            asked = i >= next_actor
+            if asked:
+                if mates is None and examined and malleable_left[i]:
+                    mates = self._mates(snap)
+                next_actor = self._next_actor(
+                    entries, i, free, snap.incoming_nodes - promised_left, prof, mates, now
+                )
+            if next_actor == len(entries) and (asked or i % 16 == 0):
+                if self._give_back_settled(
                     least_need[i], prof, free, lenders, mates, now
                 ):
                     break  # nothing from here on acts, and the rest of the map cannot matter
@@ -319,59 +325,105 @@ class SdPolicy:
             widest = mates.widest(self.mate_candidates, self.max_mates)
             latest_end, latest_limit = mates.latest(self.mate_candidates)
             after_mates = max(latest_limit, now)
-        # The map does not change during this walk, and time limits repeat: one query each.
-        until: dict[float, int] = {}
+        # The map does not change during this walk: the fewest free nodes from now until
+        # each segment's start, read once as far as the questions reach.
+        segments = prof.walk()
+        starts: list[float] = []
+        fewest: list[int] = []
         past_mates: dict[float, int] = {}
 
         def free_until(t: float) -> int:
-            if t not in until:
-                until[t] = prof.min_free(now, t)
-            return until[t]
-        for k in range(i, len(entries)):
+            """prof.min_free(now, t)."""
+            while not starts or starts[-1] < t:
+                seg = next(segments, None)
+                if seg is None:
+                    break
+                starts.append(seg[0])
+                fewest.append(seg[1] if not fewest or seg[1] < fewest[-1] else fewest[-1])
+            return fewest[max(bisect.bisect_left(starts, t) - 1, 0)]
+        traits = self._traits
+        promised = self._promised
+        last_planned = self.max_job_test
+        end = len(entries)
+        for k in range(i, end):
             e, is_request = entries[k]
             if is_request:
                 r: RunningView = e  # type: ignore[assignment]
-                if k >= self.max_job_test:
-                    return len(entries)  # the walk stops at an unplanned request
+                if k >= last_planned:
+                    return end  # the walk stops at an unplanned request
                 if r.requested <= free and free_until(r.estimated_end) >= r.requested:
                     return k
                 continue
-            job: PendingView = e  # type: ignore[assignment]
-            malleable = job.kind is JobKind.MALLEABLE
-            need = job.preferred if malleable else job.start_nodes
-            limit = math.inf if job.time_limit is None else float(job.time_limit)
+            t = traits.get(e.job_id)  # type: ignore[attr-defined]
+            if t is None or t[0] is not e:
+                t = self._traits_of(e)  # type: ignore[arg-type]
+            job, need, limit, least, pref, pp = t
             if need <= free and free_until(now + limit) >= need:
                 return k  # it may start as planned
-            if k >= self.max_job_test:
-                return len(entries)  # unplanned jobs start in strict order: the walk stops here
-            if job.job_id in self._promised:
+            if k >= last_planned:
+                return end  # unplanned jobs start in strict order: the walk stops here
+            if promised and job.job_id in promised:
                 return k
-            if not malleable or (job.time_limit is None and (job.model is None or job.model.work is None)):
-                continue  # static placement only (no prediction without a limit or the work)
-            if job.min_nodes <= cap and free_until(now + limit) >= job.min_nodes:
-                return k  # it may start reduced, with no mate
+            if pp is None:
+                continue  # static placement only
+            work, speedup = pp.work, pp.speedup.speedup
+            if least <= cap and free_until(now + limit) >= least:
+                # The reduced start's own search on the map as it is: the map only loses
+                # nodes, so finding no size that fits now means none will.
+                n = pref
+                while n >= least:
+                    run = work / speedup(n)
+                    room = free_until(now + (run if run > limit else limit))
+                    if room > cap:
+                        room = cap
+                    if room >= n:
+                        return k  # it may start reduced, with no mate
+                    n = room
             if not with_mates:
                 continue
-            pp = self._predictions.pending(job)
-            reach = min(job.preferred, cap + widest)
-            if reach < job.min_nodes:
+            reach = cap + widest
+            if reach > pref:
+                reach = pref
+            if reach < least:
                 continue
-            fastest = pp.runtime(reach)
-            assert fastest is not None
+            fastest = work / speedup(reach)
             if now + fastest > latest_end:
                 continue  # it cannot end inside any mate's allocation
-            hold = math.inf if job.time_limit is None else max(fastest, limit)
-            if latest_limit < now + hold:
-                if now + hold not in past_mates:
-                    past_mates[now + hold] = prof.min_free(after_mates, now + hold)
-                if past_mates[now + hold] < job.min_nodes:
+            hold = now + (fastest if fastest > limit else limit)
+            if latest_limit < hold:
+                free_past = past_mates.get(hold)
+                if free_past is None:
+                    free_past = past_mates[hold] = prof.min_free(after_mates, hold)
+                if free_past < least:
                     continue  # past every mate's limit the map cannot hold even its minimum
-            if self._may_get_mates(job, pp, cap, prof, mates, now):  # type: ignore[arg-type]
+            if self._may_get_mates(job, pp, cap, prof, mates, now, free_until):  # type: ignore[arg-type]
                 return k
-        return len(entries)
+        return end
+
+    def _traits_of(self, job: PendingView) -> tuple[PendingView, int, float, int, int, PendingPrediction | None]:
+        """What a walk asks of a queued job on every pass, kept while the job waits: (job,
+        nodes to start as planned, time limit (inf: none), minimum, preferred size, its
+        prediction if it is malleable and has one)."""
+        malleable = job.kind is JobKind.MALLEABLE
+        pp: PendingPrediction | None = None
+        if malleable:
+            pp = self._predictions.pending(job)
+            if pp.work is None:
+                pp = None
+        limit = math.inf if job.time_limit is None else float(job.time_limit)
+        t = (job, job.preferred if malleable else job.start_nodes, limit, job.min_nodes, job.preferred, pp)
+        self._traits[job.job_id] = t
+        return t
 
     def _may_get_mates(
-        self, job: PendingView, pp: PendingPrediction, cap: int, prof: FreeProfile, mates: _Mates, now: float
+        self,
+        job: PendingView,
+        pp: PendingPrediction,
+        cap: int,
+        prof: FreeProfile,
+        mates: _Mates,
+        now: float,
+        free_until: Callable[[float], int],
     ) -> bool:
         """Whether some mate set could still pass `_pick_mates` when the job is reached: its
         constraints with what can only get harder read as it stands now and what depends on
@@ -383,15 +435,15 @@ class SdPolicy:
         Penalties are not checked (they rarely decide; leaving a condition out keeps it
         necessary)."""
 
-        def hold(run: float) -> float:
-            return math.inf if job.time_limit is None else max(run, float(job.time_limit))
-
+        limit = math.inf if job.time_limit is None else float(job.time_limit)
         longest = pp.runtime(job.min_nodes)
         assert longest is not None
-        base = max(0, min(job.preferred, prof.min_free(now, now + hold(longest)), cap))
+        base = max(0, min(job.preferred, free_until(now + max(longest, limit)), cap))
         spans: dict[tuple[float, float], int] = {}
 
         def free_in(a: float, b: float) -> int:
+            if a == now:
+                return free_until(b)
             if (a, b) not in spans:
                 spans[a, b] = prof.min_free(a, b)
             return spans[a, b]
@@ -403,7 +455,7 @@ class SdPolicy:
                 k = min(m.lend, lack)
                 lack -= k
                 lent.append((m, max(1, k)))
-            stop = now + hold(run)
+            stop = now + max(run, limit)
             start, need = now, 0
             for m, k in sorted(lent, key=lambda mk: mk[0].job.estimated_end):
                 until = min(max(m.job.estimated_end, now), stop)
@@ -414,12 +466,16 @@ class SdPolicy:
                 need += k
             return stop <= start or free_in(start, stop) >= need
 
+        work, speedup = pp.work, pp.speedup.speedup
+        assert work is not None
+        pref, least = job.preferred, job.min_nodes
         for chosen, lend, first_end in mates.sets(self.mate_candidates, self.max_mates):
-            n = min(job.preferred, base + lend)
-            if n < job.min_nodes:
+            n = base + lend
+            if n > pref:
+                n = pref
+            if n < least:
                 continue
-            run = pp.runtime(n)
-            assert run is not None
+            run = work / speedup(n)
             if now + run <= first_end and fits(chosen, n, run):
                 return True
         return False
