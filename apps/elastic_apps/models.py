@@ -93,6 +93,13 @@ class WorkProgress:
         self.last = now
         self.frozen_until = now
 
+    def clone(self) -> WorkProgress:
+        """An independent copy, for what-if questions (copy.copy is slow on slotted objects)."""
+        q = WorkProgress.__new__(WorkProgress)
+        q.remaining, q.model, q.cost = self.remaining, self.model, self.cost
+        q.size, q.last, q.frozen_until = self.size, self.last, self.frozen_until
+        return q
+
     def advance(self, now: float) -> None:
         start = max(self.last, self.frozen_until)
         if now > start:

@@ -16,7 +16,6 @@ advances a real or simulated job.
 
 from __future__ import annotations
 
-import copy
 from functools import lru_cache
 
 from elastic_apps.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
@@ -99,7 +98,7 @@ class RunningPrediction:
         self.end: float | None = None
         if base is None:
             return
-        self.progress = copy.copy(base)
+        self.progress = base.clone()
         self.end = self.progress.end_time(now)
 
     @property
@@ -114,7 +113,7 @@ class RunningPrediction:
     def end_if_resized(self, n_new: int) -> float:
         """Predicted end if the job changes to n_new nodes now (paying the cost)."""
         assert self.progress is not None
-        q = copy.copy(self.progress)
+        q = self.progress.clone()
         q.resize(n_new, self.now)
         return q.end_time(self.now)
 
@@ -122,7 +121,7 @@ class RunningPrediction:
         """Predicted end if the job gives k nodes away now and gets them back at `until`
         (SD-Policy's mates); if it would finish first, when it finishes."""
         assert self.progress is not None
-        q = copy.copy(self.progress)
+        q = self.progress.clone()
         q.resize(self.job.size - k, self.now)
         end = q.end_time(self.now)
         if end <= until:

@@ -29,8 +29,8 @@ class _Block:
         self.times = times
         self.free = free  # stored values; the real free count is value + add
         self.add = 0
-        self.lo = min(free)
-        self.hi = max(free)
+        self.lo = min(free)  # exact
+        self.hi = max(free)  # at least the largest (reservations leave it stale)
 
     def refresh(self) -> None:
         self.lo = min(self.free)
@@ -103,31 +103,36 @@ class FreeProfile:
         if duration <= 0:
             return self.first_with(need, t)
         bi, i = self._locate(t)
-        blocks, firsts, nb = self._blocks, self._firsts, len(self._blocks)
-        c = math.inf  # the candidate start; inf: none since the last short segment
+        blocks, nb = self._blocks, len(self._blocks)
+        inf = math.inf
+        c = cd = inf  # the candidate start (inf: none since the last short segment), + duration
         while bi < nb:
             b = blocks[bi]
-            add = b.add
+            short = need - b.add  # stored values below this are short
             if i == 0:
-                if b.times[0] >= c + duration:
+                t0 = b.times[0]
+                if t0 >= cd:
                     return c
-                if b.lo + add >= need:
-                    if c == math.inf:
-                        c = max(b.times[0], t)
+                if b.lo >= short:
+                    if c == inf:
+                        c = t0 if t0 > t else t
+                        cd = c + duration
                     bi += 1
                     continue
-                if b.hi + add < need:
-                    c = math.inf
+                if b.hi < short:
+                    c = cd = inf
                     bi += 1
                     continue
             times, free = b.times, b.free
             for j in range(i, len(times)):
-                if times[j] >= c + duration:
+                tj = times[j]
+                if tj >= cd:
                     return c
-                if free[j] + add < need:
-                    c = math.inf
-                elif c == math.inf:
-                    c = max(times[j], t)
+                if free[j] < short:
+                    c = cd = inf
+                elif c == inf:
+                    c = tj if tj > t else t
+                    cd = c + duration
             bi += 1
             i = 0
         return c
@@ -242,11 +247,20 @@ class FreeProfile:
                 b.add -= nodes
                 bi += 1
                 continue
-            while i < len(b.times) and b.times[i] < end:
-                b.free[i] -= nodes
+            times, free = b.times, b.free
+            first = i
+            while i < len(times) and times[i] < end:
+                free[i] -= nodes
                 i += 1
-            b.refresh()
-            if i < len(b.times):
+            if nodes > 0:
+                # Taking nodes only lowers values: the least is exact this way, and the
+                # largest stays an upper bound, which only lets a search skip fewer blocks.
+                low = min(free[first:i])
+                if low < b.lo:
+                    b.lo = low
+            else:
+                b.refresh()
+            if i < len(times):
                 break
             bi += 1
             i = 0

@@ -82,7 +82,7 @@ from elasticd.policies.base import (
     Start,
     start_size,
 )
-from elasticd.policies.conservative import StartBound, entry_duration, place_request
+from elasticd.policies.conservative import place_request
 from elasticd.policies.predict import PendingPrediction, Predictions, RunningPrediction
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 from elasticd.policies.threestep import resizable
@@ -203,10 +203,8 @@ class SdPolicy:
             else:
                 malleable_left[i] = malleable_left[i + 1] + (e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
                 least_need[i] = min(least_need[i + 1], e.start_nodes)  # type: ignore[attr-defined]
-        bound: StartBound | None = None  # built on first need (rare with malleable jobs)
         # Giving idle nodes back needs every examined job's reservation on the map.
         lenders = self._lenders(snap) if free > 0 else []
-        may_give_back = bool(lenders)
         blocked = False  # some entry ahead was neither started nor granted on this pass
         served_from = 0
         # Entries before `next_actor` cannot act on this pass (see `_next_actor`): they only
@@ -233,18 +231,6 @@ class SdPolicy:
                 ):
                     break  # nothing from here on acts, and the rest of the map cannot matter
             quiet = i < next_actor
-            no_mates = not examined or malleable_left[i] == 0 or (mates is not None and not mates.ranked)
-            if no_mates and not (may_give_back and examined):
-                if bound is None:
-                    bound = StartBound(
-                        now,
-                        [e.requested if is_req else e.start_nodes for e, is_req in entries],  # type: ignore[attr-defined]
-                        [entry_duration(e, is_req, now) for e, is_req in entries],
-                    )
-                if bound.exhausted(i, free, prof):
-                    # Nothing from here on can start now or get a mate. (A promise further
-                    # down is kept as it stands, not weighed again, on such a pass.)
-                    break
             if not examined:
                 # Past bf_max_job_test nothing is planned (as in Slurm, whose backfill stops
                 # there): such a job starts only in strict queue order, everyone ahead of it
@@ -340,7 +326,8 @@ class SdPolicy:
                     break
                 starts.append(seg[0])
                 fewest.append(seg[1] if not fewest or seg[1] < fewest[-1] else fewest[-1])
-            return fewest[max(bisect.bisect_left(starts, t) - 1, 0)]
+            j = bisect.bisect_left(starts, t) - 1
+            return fewest[j if j > 0 else 0]
         traits = self._traits
         promised = self._promised
         last_planned = self.max_job_test
@@ -367,7 +354,7 @@ class SdPolicy:
             if pp is None:
                 continue  # static placement only
             work, speedup = pp.work, pp.speedup.speedup
-            if least <= cap and free_until(now + limit) >= least:
+            if least <= cap:
                 # The reduced start's own search on the map as it is: the map only loses
                 # nodes, so finding no size that fits now means none will.
                 n = pref
