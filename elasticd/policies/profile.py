@@ -77,6 +77,8 @@ class FreeProfile:
 
     def _locate(self, t: float) -> tuple[int, int]:
         """(block, index) of the segment containing time t (t >= now)."""
+        if t == self.now:
+            return 0, 0  # most questions start now
         bi = bisect.bisect_right(self._firsts, t) - 1
         b = self._blocks[bi]
         return bi, bisect.bisect_right(b.times, t) - 1
@@ -209,34 +211,35 @@ class FreeProfile:
         return None
 
     # ---- writing ---------------------------------------------------------------------
-    def _split(self, t: float) -> None:
-        """Make t a segment boundary (t > now)."""
+    def _split(self, t: float) -> tuple[int, int]:
+        """Make t a segment boundary (t > now); (block, index) of the segment starting at t."""
         bi, i = self._locate(t)
         b = self._blocks[bi]
         if b.times[i] == t:
-            return
-        b.times.insert(i + 1, t)
-        b.free.insert(i + 1, b.free[i])
+            return bi, i
+        i += 1
+        b.times.insert(i, t)
+        b.free.insert(i, b.free[i - 1])
         if len(b.times) > 2 * _BLOCK:
             half = len(b.times) // 2
             nb = _Block(b.times[half:], b.free[half:])
             nb.add = b.add
-            nb.lo, nb.hi = min(nb.free), max(nb.free)
             del b.times[half:], b.free[half:]
             b.refresh()
             self._blocks.insert(bi + 1, nb)
             self._firsts.insert(bi + 1, nb.times[0])
+            if i >= half:
+                return bi + 1, i - half
+        return bi, i
 
     def reserve(self, start: float, end: float, nodes: int) -> None:
         """Take `nodes` from every segment in [start, end)."""
         if nodes == 0 or end <= start:
             return
         start = max(start, self.now)
-        if start > self.now:
-            self._split(start)
         if end != math.inf:
             self._split(end)
-        bi, i = self._locate(start)
+        bi, i = self._split(start) if start > self.now else (0, 0)
         nb = len(self._blocks)
         while bi < nb:
             b = self._blocks[bi]

@@ -192,50 +192,43 @@ class SdPolicy:
         # on their preferred size (first come, first served) but not borrow these.
         promised_left = sum(self._promised.values())
         entries = queue_entries(snap)
-        # From each entry on: how many are malleable, and the fewest nodes any reserves.
-        malleable_left = [0] * (len(entries) + 1)
-        least_need = [1 << 60] * (len(entries) + 1)
-        for i in range(len(entries) - 1, -1, -1):
-            e, is_req = entries[i]
-            if is_req:
-                malleable_left[i] = malleable_left[i + 1]
-                least_need[i] = min(least_need[i + 1], e.requested)  # type: ignore[attr-defined]
-            else:
-                malleable_left[i] = malleable_left[i + 1] + (e.kind is JobKind.MALLEABLE)  # type: ignore[attr-defined]
-                least_need[i] = min(least_need[i + 1], e.start_nodes)  # type: ignore[attr-defined]
+        # Mates are looked for only while a malleable job is still to come.
+        last_malleable = len(entries) - 1
+        while last_malleable >= 0 and (
+            entries[last_malleable][1] or entries[last_malleable][0].kind is not JobKind.MALLEABLE  # type: ignore[attr-defined]
+        ):
+            last_malleable -= 1
         # Giving idle nodes back needs every examined job's reservation on the map.
         lenders = self._lenders(snap) if free > 0 else []
-        blocked = False  # some entry ahead was neither started nor granted on this pass
+        promised = self._promised
+        traits = self._traits
+        served = 0  # entries started or granted on this pass
         served_from = 0
         # Entries before `next_actor` cannot act on this pass (see `_next_actor`): they only
         # need their reservations, which the entries that may act are weighed against.
         next_actor = 0
         for i, (e, is_request) in enumerate(entries):
+            if len(out) > served_from:
+                d = out[-1]
+                served += isinstance(d, (Start, Grow)) and d.job_id == entries[i - 1][0].job_id  # type: ignore[attr-defined]
+                served_from = len(out)
             examined = i < self.max_job_test
-            if i and not blocked:
-                prev = entries[i - 1][0].job_id  # type: ignore[attr-defined]
-                blocked = not any(
-                    isinstance(d, (Start, Grow)) and d.job_id == prev for d in out[served_from:]
-                )
-            served_from = len(out)
             asked = i >= next_actor
             if asked:
-                if mates is None and examined and malleable_left[i]:
+                if mates is None and examined and i <= last_malleable:
                     mates = self._mates(snap)
                 next_actor = self._next_actor(
                     entries, i, free, snap.incoming_nodes - promised_left, prof, mates, now
                 )
             if next_actor == len(entries) and (asked or i % 16 == 0):
-                if self._give_back_settled(
-                    least_need[i], prof, free, lenders, mates, now
-                ):
+                if self._give_back_settled(i, entries, prof, free, lenders, mates, now):
                     break  # nothing from here on acts, and the rest of the map cannot matter
             quiet = i < next_actor
             if not examined:
                 # Past bf_max_job_test nothing is planned (as in Slurm, whose backfill stops
                 # there): such a job starts only in strict queue order, everyone ahead of it
                 # started, so that no unplanned job can delay one that waits ahead.
-                if blocked or is_request:
+                if served < i or is_request:  # some entry ahead was neither started nor granted
                     break
                 started = self._start_if_fits(e, prof, free, now, out)  # type: ignore[arg-type]
                 if not started:
@@ -249,16 +242,18 @@ class SdPolicy:
                     free -= g.by
                 continue
             job: PendingView = e  # type: ignore[assignment]
-            if job.job_id in self._promised:
-                n = self._promised.pop(job.job_id)
+            if promised and job.job_id in promised:
+                n = promised.pop(job.job_id)
                 promised_left -= n
                 left = self._keep_promise(job, n, prof, free, snap.incoming_nodes, out, now)
                 if left is not None:
                     free = left
                     continue
+            t = traits.get(job.job_id)
+            if t is None or t[0] is not job:
+                t = self._traits_of(job)
+            need, dur = t[1], t[2]
             malleable = job.kind is JobKind.MALLEABLE
-            need = job.preferred if malleable else job.start_nodes
-            dur = math.inf if job.time_limit is None else float(job.time_limit)
             ts = prof.earliest(need, dur)
             if ts == now and free >= need:
                 n = need if malleable else start_size(job, min(free, prof.min_free(now, now + dur)))
@@ -312,21 +307,23 @@ class SdPolicy:
             latest_end, latest_limit = mates.latest(self.mate_candidates)
             after_mates = max(latest_limit, now)
         # The map does not change during this walk: the fewest free nodes from now until
-        # each segment's start, read once as far as the questions reach.
-        segments = prof.walk()
+        # each segment's start (prof.min_free(now, t) is fewest[index of the last start < t]).
         starts: list[float] = []
         fewest: list[int] = []
+        low = math.inf
+        for t0, f in prof.walk():
+            if f < low:
+                low = f
+            starts.append(t0)
+            fewest.append(low)  # type: ignore[arg-type]
+        first_after = bisect.bisect_left
         past_mates: dict[float, int] = {}
+        # Nobody can start on more than the map leaves now, nor reduced on more than `cap`.
+        start_cap = min(free, fewest[0])
+        reduced_cap = min(cap, fewest[0])
 
         def free_until(t: float) -> int:
-            """prof.min_free(now, t)."""
-            while not starts or starts[-1] < t:
-                seg = next(segments, None)
-                if seg is None:
-                    break
-                starts.append(seg[0])
-                fewest.append(seg[1] if not fewest or seg[1] < fewest[-1] else fewest[-1])
-            j = bisect.bisect_left(starts, t) - 1
+            j = first_after(starts, t) - 1
             return fewest[j if j > 0 else 0]
         traits = self._traits
         promised = self._promised
@@ -345,8 +342,10 @@ class SdPolicy:
             if t is None or t[0] is not e:
                 t = self._traits_of(e)  # type: ignore[arg-type]
             job, need, limit, least, pref, pp = t
-            if need <= free and free_until(now + limit) >= need:
-                return k  # it may start as planned
+            if need <= start_cap:
+                j = first_after(starts, now + limit) - 1
+                if fewest[j if j > 0 else 0] >= need:
+                    return k  # it may start as planned
             if k >= last_planned:
                 return end  # unplanned jobs start in strict order: the walk stops here
             if promised and job.job_id in promised:
@@ -354,13 +353,16 @@ class SdPolicy:
             if pp is None:
                 continue  # static placement only
             work, speedup = pp.work, pp.speedup.speedup
-            if least <= cap:
+            if least <= reduced_cap:
                 # The reduced start's own search on the map as it is: the map only loses
-                # nodes, so finding no size that fits now means none will.
-                n = pref
+                # nodes, so finding no size that fits now means none will. (It settles on
+                # the largest size the map holds long enough, never above `cap`: starting
+                # there finds the same.)
+                n = pref if pref < cap else cap
                 while n >= least:
                     run = work / speedup(n)
-                    room = free_until(now + (run if run > limit else limit))
+                    j = first_after(starts, now + (run if run > limit else limit)) - 1
+                    room = fewest[j if j > 0 else 0]
                     if room > cap:
                         room = cap
                     if room >= n:
@@ -426,6 +428,14 @@ class SdPolicy:
         longest = pp.runtime(job.min_nodes)
         assert longest is not None
         base = max(0, min(job.preferred, free_until(now + max(longest, limit)), cap))
+        work, speedup = pp.work, pp.speedup.speedup
+        assert work is not None
+        pref, least = job.preferred, job.min_nodes
+        widest = mates.widest(self.mate_candidates, self.max_mates)
+        if base + widest < least or now + work / speedup(min(pref, base + widest)) > mates.latest(
+            self.mate_candidates
+        )[0]:
+            return False  # even the widest set, on what the map leaves it, cannot host it
         spans: dict[tuple[float, float], int] = {}
 
         def free_in(a: float, b: float) -> int:
@@ -453,9 +463,6 @@ class SdPolicy:
                 need += k
             return stop <= start or free_in(start, stop) >= need
 
-        work, speedup = pp.work, pp.speedup.speedup
-        assert work is not None
-        pref, least = job.preferred, job.min_nodes
         for chosen, lend, first_end in mates.sets(self.mate_candidates, self.max_mates):
             n = base + lend
             if n > pref:
@@ -469,15 +476,16 @@ class SdPolicy:
 
     def _give_back_settled(
         self,
-        need: int,
+        i: int,
+        entries: list[tuple[object, bool]],
         prof: FreeProfile,
         free: int,
         lenders: list[tuple[RunningView, int]],
         mates: _Mates | None,
         now: float,
     ) -> bool:
-        """Whether the reservations of the entries not yet placed (each of at least `need`
-        nodes) can no longer change what goes back to lenders: there is no give-back on
+        """Whether the reservations of the entries from `i` on can no longer change what
+        goes back to lenders: there is no give-back on
         this pass, no lender could get its nodes back even on the map as it is, or none of
         those entries can start before the last such lender's limit (nor now)."""
         if free <= 0 or not lenders or self._promised or (mates is not None and mates.used):
@@ -489,7 +497,9 @@ class SdPolicy:
         ]
         if not ends:
             return True
-        # A lender past its limit counts as ending now: the map at `now` itself decides.
+        # None of them reserves fewer nodes than this. A lender past its limit counts as
+        # ending now: the map at `now` itself decides.
+        need = min(e.requested if is_req else e.start_nodes for e, is_req in entries[i:])  # type: ignore[attr-defined]
         first = prof.first_with(need, now)
         return first > now and first >= max(ends)
 
@@ -737,21 +747,21 @@ class SdPolicy:
             return min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
 
         # Only the dynamic cut-off needs every running job's predicted slowdown.
-        who = snap.running if self.dynamic_max_slowdown else [r for r in snap.running if lend_of(r) >= 1]
-        preds: list[tuple[RunningView, RunningPrediction, float]] = []
-        for r in who:
+        lends = [(r, lend_of(r)) for r in snap.running]
+        who = lends if self.dynamic_max_slowdown else [(r, lend) for r, lend in lends if lend >= 1]
+        preds: list[tuple[RunningView, RunningPrediction, float, int]] = []
+        for r, lend in who:
             if r.time_limit is None or r.ending:
                 continue
             p = self._predictions.get(r, now)
             if p.end is not None:
-                preds.append((r, p, (p.end - _submitted(r)) / r.time_limit))
+                preds.append((r, p, (p.end - _submitted(r)) / r.time_limit, lend))
         if self.dynamic_max_slowdown:
-            cutoff = sum(s for _, _, s in preds) / len(preds) if preds else math.inf
+            cutoff = sum(s for _, _, s, _ in preds) / len(preds) if preds else math.inf
         else:
             cutoff = self.max_slowdown
         out = []
-        for r, p, slowdown in preds:
-            lend = lend_of(r)
+        for r, p, slowdown, lend in preds:
             if lend >= 1 and slowdown < cutoff:
                 assert p.end is not None
                 out.append(_Mate(r, p, slowdown, lend, p.end))
