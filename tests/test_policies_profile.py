@@ -6,6 +6,7 @@ The map is blocked for speed; every answer it gives must equal what a naive list
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from hypothesis import given, settings
@@ -49,7 +50,7 @@ class Naive:
 
 
 ops = st.lists(
-    st.tuples(st.integers(0, 60), st.integers(1, 40), st.integers(0, 3)),
+    st.tuples(st.integers(0, 60), st.integers(1, 40), st.integers(-2, 3)),  # < 0: nodes lent
     max_size=60,
 )
 
@@ -85,6 +86,11 @@ def test_blocked_map_answers_like_a_plain_step_function(
             assert fast.earliest(need, d, float(after)) == slow.earliest(need, d, float(after))
             end = float(after + dur)
             assert fast.min_free(float(after), end) == slow.min_free(float(after), end)
+            enough = [p for p in [float(after)] + slow.points() if p >= after and slow.free(p) >= need]
+            assert fast.first_with(need, float(after)) == (min(enough) if enough else math.inf)
+            starts, fewest = fast.fewest_from_now()
+            j = bisect.bisect_left(starts, end) - 1
+            assert fewest[max(j, 0)] == slow.min_free(0.0, end)
             short = fast.last_short(float(after), end, need)
             window = [float(after)] + [q for q in slow.points() if after < q < end]
             if all(slow.free(q) >= need for q in window):

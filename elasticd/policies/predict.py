@@ -101,6 +101,18 @@ class RunningPrediction:
         self.progress = base.clone()
         self.end = self.progress.end_time(now)
 
+    def at(self, now: float, replayed: WorkProgress | None) -> RunningPrediction:
+        """The same job's prediction at another time (its history unchanged): what does
+        not depend on the time is taken over, not recomputed."""
+        p = RunningPrediction.__new__(RunningPrediction)
+        p.job, p.now, p.speedup, p.cost = self.job, now, self.speedup, self.cost
+        p.work, p.start_size = self.work, self.start_size
+        p.progress = p.end = None
+        if replayed is not None:
+            p.progress = replayed.clone()
+            p.end = p.progress.end_time(now)
+        return p
+
     @property
     def known(self) -> bool:
         return self.progress is not None
@@ -139,7 +151,8 @@ class Predictions:
     """
 
     def __init__(self) -> None:
-        self._replayed: dict[int, tuple[RunningView, WorkProgress | None]] = {}
+        # id(view) -> (view, its replay, its latest prediction)
+        self._replayed: dict[int, tuple[RunningView, WorkProgress | None, RunningPrediction]] = {}
         self._pending: dict[int, tuple[PendingView, PendingPrediction]] = {}
 
     def new_pass(self, running: tuple[RunningView, ...]) -> None:
@@ -164,6 +177,12 @@ class Predictions:
     def get(self, job: RunningView, now: float) -> RunningPrediction:
         hit = self._replayed.get(id(job))
         if hit is None or hit[0] is not job:
-            hit = (job, replay(job))
-            self._replayed[id(job)] = hit
-        return RunningPrediction(job, now, hit[1])
+            replayed = replay(job)
+            p = RunningPrediction(job, now, replayed)
+        elif hit[2].now == now:
+            return hit[2]
+        else:
+            replayed = hit[1]
+            p = hit[2].at(now, replayed)
+        self._replayed[id(job)] = (job, replayed, p)
+        return p

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 _BLOCK = 64
 
@@ -67,13 +67,21 @@ class FreeProfile:
         """Every (start, free) pair in time order; for tests and debugging."""
         return [(t, f + b.add) for b in self._blocks for t, f in zip(b.times, b.free)]
 
-    def walk(self) -> Iterator[tuple[float, int]]:
-        """(start, free) of each segment in time order, lazily: for a reader that asks many
-        questions of an unchanging map and needs only its beginning."""
+    def fewest_from_now(self) -> tuple[list[float], list[int]]:
+        """(segment starts, fewest free nodes from now to the end of each segment): for a
+        reader asking many `min_free(now, t)` of an unchanging map, which is then
+        fewest[bisect_left(starts, t) - 1] (index 0 at least)."""
+        starts: list[float] = []
+        fewest: list[int] = []
+        low = 1 << 62
         for b in self._blocks:
             add = b.add
-            for t, f in zip(b.times, b.free):
-                yield t, f + add
+            starts.extend(b.times)
+            for f in b.free:
+                if f + add < low:
+                    low = f + add
+                fewest.append(low)
+        return starts, fewest
 
     def _locate(self, t: float) -> tuple[int, int]:
         """(block, index) of the segment containing time t (t >= now)."""
@@ -99,7 +107,7 @@ class FreeProfile:
         last short segment; it is the answer once a segment begins `duration` after it.
         Blocks with enough nodes everywhere, or nowhere, are passed whole.
         """
-        t = self.now if after is None else max(after, self.now)
+        t = self.now if after is None or after < self.now else after
         if need <= 0:
             return t
         if duration <= 0:
@@ -158,7 +166,7 @@ class FreeProfile:
 
     def min_free(self, start: float, end: float) -> int:
         """Fewest free nodes at any time in [start, end) (at `start` if the range is empty)."""
-        bi, i = self._locate(max(start, self.now))
+        bi, i = self._locate(start if start > self.now else self.now)
         blocks, nb = self._blocks, len(self._blocks)
         best = math.inf
         first = True
@@ -236,7 +244,8 @@ class FreeProfile:
         """Take `nodes` from every segment in [start, end)."""
         if nodes == 0 or end <= start:
             return
-        start = max(start, self.now)
+        if start < self.now:
+            start = self.now
         if end != math.inf:
             self._split(end)
         bi, i = self._split(start) if start > self.now else (0, 0)

@@ -306,16 +306,8 @@ class SdPolicy:
             widest = mates.widest(self.mate_candidates, self.max_mates)
             latest_end, latest_limit = mates.latest(self.mate_candidates)
             after_mates = max(latest_limit, now)
-        # The map does not change during this walk: the fewest free nodes from now until
-        # each segment's start (prof.min_free(now, t) is fewest[index of the last start < t]).
-        starts: list[float] = []
-        fewest: list[int] = []
-        low = math.inf
-        for t0, f in prof.walk():
-            if f < low:
-                low = f
-            starts.append(t0)
-            fewest.append(low)  # type: ignore[arg-type]
+        # The map does not change during this walk: min_free(now, t) read off one list.
+        starts, fewest = prof.fewest_from_now()
         first_after = bisect.bisect_left
         past_mates: dict[float, int] = {}
         # Nobody can start on more than the map leaves now, nor reduced on more than `cap`.
