@@ -260,19 +260,18 @@ class FreeProfile:
                 bi += 1
                 continue
             times, free = b.times, b.free
-            first = i
-            while i < len(times) and times[i] < end:
-                free[i] -= nodes
-                i += 1
+            stop = bisect.bisect_left(times, end, i)
+            taken = [f - nodes for f in free[i:stop]]
+            free[i:stop] = taken
             if nodes > 0:
                 # Taking nodes only lowers values: the least is exact this way, and the
                 # largest stays an upper bound, which only lets a search skip fewer blocks.
-                low = min(free[first:i])
+                low = min(taken)
                 if low < b.lo:
                     b.lo = low
             else:
                 b.refresh()
-            if i < len(times):
+            if stop < len(times):
                 break
             bi += 1
             i = 0
