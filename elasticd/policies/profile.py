@@ -133,12 +133,10 @@ class FreeProfile:
                     c = cd = inf
                     bi += 1
                     continue
-            times, free = b.times, b.free
-            for j in range(i, len(times)):
-                tj = times[j]
+            for tj, fj in zip(b.times[i:], b.free[i:]) if i else zip(b.times, b.free):
                 if tj >= cd:
                     return c
-                if free[j] < short:
+                if fj < short:
                     c = cd = inf
                 elif c == inf:
                     c = tj if tj > t else t
