@@ -21,13 +21,12 @@ class NodeState(str, Enum):
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:
     """Sorted indices -> [start, end) runs of consecutive ones."""
-    out: list[tuple[int, int]] = []
-    for i in indices:
-        if out and out[-1][1] == i:
-            out[-1] = (out[-1][0], i + 1)
-        else:
-            out.append((i, i + 1))
-    return out
+    if not indices:
+        return []
+    pairs = list(zip(indices, indices[1:]))
+    starts = [indices[0]] + [b for a, b in pairs if b != a + 1]
+    ends = [a + 1 for a, b in pairs if b != a + 1] + [indices[-1] + 1]
+    return list(zip(starts, ends))
 
 
 class NodeTable:

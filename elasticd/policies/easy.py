@@ -96,8 +96,12 @@ def easy_pass(
     waiting = [head]
     shadow, extra = shadow_time(snap.now, free + snap.incoming_nodes, need(head), snap.running + tuple(started))
     now = snap.now
-    for job in pending[i + 1 :]:
-        if free <= 0 or free < need(job):
+    rest = pending[i + 1 :]
+    for k, job in enumerate(rest):
+        if free <= 0:
+            waiting.extend(rest[k:])  # nothing further can start
+            break
+        if free < need(job):
             waiting.append(job)
             continue
         ends_in_time = job.time_limit is not None and now + job.time_limit <= shadow
