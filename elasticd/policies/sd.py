@@ -326,9 +326,8 @@ class SdPolicy:
         starts, fewest = prof.fewest_from_now()
         first_after = bisect.bisect_left
         past_mates: dict[float, int] = {}
-        # Nobody can start on more than the map leaves now, nor reduced on more than `cap`.
+        # Nobody can start on more than the map leaves now.
         start_cap = min(free, fewest[0])
-        reduced_cap = min(cap, fewest[0])
 
         def free_until(t: float) -> int:
             j = first_after(starts, t) - 1
@@ -361,12 +360,18 @@ class SdPolicy:
             if pp is None:
                 continue  # static placement only
             work, speedup = pp.work, pp.speedup.speedup
-            if least <= reduced_cap:
+            # The most nodes of its own it could start on now: what the map holds for its
+            # limit (a run on fewer nodes is only longer), at most `cap`.
+            j = first_after(starts, now + limit) - 1
+            top = fewest[j if j > 0 else 0]
+            if top > cap:
+                top = cap
+            if least <= top:
                 # The reduced start's own search on the map as it is: the map only loses
                 # nodes, so finding no size that fits now means none will. (It settles on
-                # the largest size the map holds long enough, never above `cap`: starting
-                # there finds the same.)
-                n = pref if pref < cap else cap
+                # the largest size the map holds for long enough, never above `top`:
+                # starting there finds the same.)
+                n = pref if pref < top else top
                 while n >= least:
                     run = work / speedup(n)
                     j = first_after(starts, now + (run if run > limit else limit)) - 1
@@ -378,7 +383,7 @@ class SdPolicy:
                     n = room
             if not with_mates:
                 continue
-            reach = cap + widest
+            reach = (top if top > 0 else 0) + widest  # its own nodes and the widest lenders
             if reach > pref:
                 reach = pref
             if reach < least:
