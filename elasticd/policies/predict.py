@@ -153,26 +153,11 @@ class Predictions:
     def __init__(self) -> None:
         # id(view) -> (view, its replay, its latest prediction)
         self._replayed: dict[int, tuple[RunningView, WorkProgress | None, RunningPrediction]] = {}
-        self._pending: dict[int, tuple[PendingView, PendingPrediction]] = {}
 
     def new_pass(self, running: tuple[RunningView, ...]) -> None:
         """Forget jobs (or views) no longer in the snapshot, so memory stays bounded."""
         old = self._replayed
         self._replayed = {id(r): old[id(r)] for r in running if id(r) in old and old[id(r)][0] is r}
-
-    def pending(self, job: PendingView) -> PendingPrediction:
-        """A queued job's prediction, kept while the job waits (its view does not change)."""
-        hit = self._pending.get(job.job_id)
-        if hit is None or hit[0] is not job:
-            hit = self._pending[job.job_id] = (job, PendingPrediction(job))
-        return hit[1]
-
-    def forget_started(self, pending: tuple[PendingView, ...]) -> None:
-        """Drop jobs no longer queued, once they outnumber the queue (memory stays bounded
-        at a cost of O(queue) now and then)."""
-        if len(self._pending) > 2 * len(pending) + 64:
-            waiting = {p.job_id for p in pending}
-            self._pending = {k: v for k, v in self._pending.items() if k in waiting}
 
     def get(self, job: RunningView, now: float) -> RunningPrediction:
         hit = self._replayed.get(id(job))

@@ -195,13 +195,13 @@ class SdPolicy:
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
-        self._predictions.forget_started(snap.pending)
-        if len(self._traits) > 2 * len(snap.pending) + 64:
-            waiting = {j.job_id for j in snap.pending}
-            self._traits = {k: v for k, v in self._traits.items() if k in waiting}
-        if self._promised:
+        # Forget jobs no longer queued: promises at once, kept traits once they outnumber
+        # the queue (memory stays bounded at O(queue) now and then).
+        if self._promised or len(self._traits) > 2 * len(snap.pending) + 64:
             waiting = {j.job_id for j in snap.pending}
             self._promised = {k: v for k, v in self._promised.items() if k in waiting}
+            if len(self._traits) > 2 * len(snap.pending) + 64:
+                self._traits = {k: v for k, v in self._traits.items() if k in waiting}
         # Idle nodes promised to jobs further down the queue: jobs ahead may still start
         # on their preferred size (first come, first served) but not borrow these.
         promised_left = sum(self._promised.values())
@@ -265,7 +265,7 @@ class SdPolicy:
                 if left is not None:
                     free = left
                     continue
-            t = traits.get(job.job_id)
+            t = traits.get(job.job_id)  # `_traits_for`, inline on this hot path
             if t is None or t[0] is not job:
                 t = self._traits_of(job)
             need, dur = t[1], t[2]
@@ -345,13 +345,16 @@ class SdPolicy:
                 if r.requested <= free and free_until(r.estimated_end) >= r.requested:
                     return k
                 continue
-            t = traits.get(e.job_id)  # type: ignore[attr-defined]
+            t = traits.get(e.job_id)  # type: ignore[attr-defined]  # `_traits_for`, inline
             if t is None or t[0] is not e:
                 t = self._traits_of(e)  # type: ignore[arg-type]
             job, need, limit, least, pref, pp = t
+            # The fewest nodes the map holds over the job's limit (read when first needed).
+            for_limit = -1
             if need <= start_cap:
                 j = first_after(starts, now + limit) - 1
-                if fewest[j if j > 0 else 0] >= need:
+                for_limit = fewest[j if j > 0 else 0]
+                if for_limit >= need:
                     return k  # it may start as planned
             if k >= last_planned:
                 return end  # unplanned jobs start in strict order: the walk stops here
@@ -362,8 +365,10 @@ class SdPolicy:
             work, speedup = pp.work, pp.speedup.speedup
             # The most nodes of its own it could start on now: what the map holds for its
             # limit (a run on fewer nodes is only longer), at most `cap`.
-            j = first_after(starts, now + limit) - 1
-            top = fewest[j if j > 0 else 0]
+            if for_limit < 0:
+                j = first_after(starts, now + limit) - 1
+                for_limit = fewest[j if j > 0 else 0]
+            top = for_limit
             if top > cap:
                 top = cap
             if least <= top:
@@ -402,14 +407,20 @@ class SdPolicy:
                 return k
         return end
 
+    def _traits_for(self, job: PendingView) -> tuple[PendingView, int, float, int, int, PendingPrediction | None]:
+        """What a walk asks of a queued job on every pass, kept while the job waits (the
+        core hands over the same view until the job changes): (job, nodes to start as
+        planned, time limit (inf: none), minimum, preferred size, its prediction if it is
+        malleable and has one)."""
+        t = self._traits.get(job.job_id)
+        return t if t is not None and t[0] is job else self._traits_of(job)
+
     def _traits_of(self, job: PendingView) -> tuple[PendingView, int, float, int, int, PendingPrediction | None]:
-        """What a walk asks of a queued job on every pass, kept while the job waits: (job,
-        nodes to start as planned, time limit (inf: none), minimum, preferred size, its
-        prediction if it is malleable and has one)."""
+        """`_traits_for`'s entry, computed and kept."""
         malleable = job.kind is JobKind.MALLEABLE
         pp: PendingPrediction | None = None
         if malleable:
-            pp = self._predictions.pending(job)
+            pp = PendingPrediction(job)
             if pp.work is None:
                 pp = None
         limit = math.inf if job.time_limit is None else float(job.time_limit)
@@ -498,9 +509,9 @@ class SdPolicy:
         now: float,
     ) -> bool:
         """Whether the reservations of the entries from `i` on can no longer change what
-        goes back to lenders: there is no give-back on
-        this pass, no lender could get its nodes back even on the map as it is, or none of
-        those entries can start before the last such lender's limit (nor now)."""
+        goes back to lenders: there is no give-back on this pass, no lender could get its
+        nodes back even on the map as it is, or none of those entries can start before the
+        last such lender's limit (nor now)."""
         if free <= 0 or not lenders or self._promised or (mates is not None and mates.used):
             return True
         ends = [
@@ -567,10 +578,11 @@ class SdPolicy:
         """Place a malleable job that cannot start statically now, if that improves its
         predicted end: on fewer free nodes, or with mates. (placed?, idle nodes left).
         `spare`: idle or incoming nodes promised to jobs further down, not to be borrowed."""
-        pp = self._predictions.pending(job)
-        static = pp.runtime(job.preferred)
-        if static is None:
+        pp = self._traits_for(job)[5]
+        if pp is None:
             return False, free  # no prediction: static placement only
+        static = pp.runtime(job.preferred)
+        assert static is not None
         static_end = ts + static
         # The most nodes it could start on now, idle, incoming and lent together; runtimes
         # fall as nodes grow (both speedup models), so if even that does not end before the
