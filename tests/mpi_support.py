@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import ctypes.util
 import shutil
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
+
+from conftest import write_job
 
 
 def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
@@ -38,3 +42,24 @@ def job_ranks(job_id: int, node_of: Callable[[int], str | None] | None = None) -
             node = env.get("ELASTIC_MPI_NODE") if node_of is None else node_of(p.pid)
             out.setdefault(node or "?", []).append(p.pid)
     return out
+
+
+def jacobi_job(
+    folder: Path, name: str, mode: str, nodes: str, delay: float, *, points: int, iterations: int,
+    time_limit: str, mpi_fields: str = "",
+) -> Path:
+    """The Jacobi example (elastic_apps.mpi.jacobi) as a malleable MPI job file writing
+    `name`.bin; `mode`: spawn or restart; `mpi_fields`: more keys of its [mpi] table."""
+    more = f", {mpi_fields}" if mpi_fields else ""
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["{sys.executable}", "-m", "elastic_apps.mpi.jacobi", "--points", "{points}",
+                   "--iterations", "{iterations}", "--delay", "{delay}", "--out", "{name}.bin"]
+        nodes = {nodes}
+        kind = "malleable"
+        launcher = "mpi"
+        mpi = {{ malleability = "{mode}"{more} }}
+        working_dir = "."
+        output = "{name}.out"
+        time_limit = "{time_limit}"
+    ''')

@@ -6,13 +6,12 @@ namespace). Needs root and the packages, as tests/test_cluster_vcluster.py."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import stop_daemon, wait_until, write_job
-from mpi_support import job_ranks, mpi_skip_reason
+from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
 
 NET = "10.200.0.0/24"
@@ -23,18 +22,10 @@ def ranks_by_node(job_id: int) -> dict[str, list[int]]:
 
 
 def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
-    return write_job(folder, name, f'''
-        name = "{name}"
-        command = ["{sys.executable}", "-m", "elastic_apps.mpi.jacobi", "--points", "4000",
-                   "--iterations", "700", "--delay", "{delay}", "--out", "{name}.bin"]
-        nodes = {nodes}
-        kind = "malleable"
-        launcher = "mpi"
-        mpi = {{ ranks_per_node = 2, malleability = "{mode}", mpirun_args = ["--mca", "btl_tcp_if_include", "{NET}", "--mca", "oob_tcp_if_include", "{NET}"] }}
-        working_dir = "."
-        output = "{name}.out"
-        time_limit = "3"
-    ''')
+    # Two ranks per node, and MPI's own traffic kept on the namespaces' network.
+    args = f'["--mca", "btl_tcp_if_include", "{NET}", "--mca", "oob_tcp_if_include", "{NET}"]'
+    return jacobi_job(folder, name, mode, nodes, delay, points=4000, iterations=700, time_limit="3",
+                      mpi_fields=f"ranks_per_node = 2, mpirun_args = {args}")
 
 
 @pytest.mark.timeout(170)

@@ -4,14 +4,13 @@ run without resizes, and no rank is left on the released hosts."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
-from mpi_support import job_ranks, mpi_skip_reason
+from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -31,23 +30,12 @@ def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
         stop_daemon(d.record)
 
 
-def jacobi_job(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
-    return write_job(folder, name, f'''
-        name = "{name}"
-        command = ["{sys.executable}", "-m", "elastic_apps.mpi.jacobi", "--points", "{POINTS}",
-                   "--iterations", "{ITERATIONS}", "--delay", "{delay}", "--out", "{name}.bin"]
-        nodes = {nodes}
-        kind = "malleable"
-        launcher = "mpi"
-        mpi = {{ malleability = "{mode}" }}
-        working_dir = "."
-        output = "{name}.out"
-        time_limit = "2"
-    ''')
+def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
+    return jacobi_job(folder, name, mode, nodes, delay, points=POINTS, iterations=ITERATIONS, time_limit="2")
 
 
 def reference(d: RunningDaemon, folder: Path) -> bytes:
-    jid = d.submit(jacobi_job(folder, "ref", "spawn", "2", 0.0))
+    jid = d.submit(jacobi(folder, "ref", "spawn", "2", 0.0))
     d.wait([jid], timeout=60)
     assert d.job(jid)["state"] == "COMPLETED", (folder / "ref.out").read_text()
     return (folder / "ref.bin").read_bytes()
@@ -56,7 +44,7 @@ def reference(d: RunningDaemon, folder: Path) -> bytes:
 def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, str]:
     # A filler holds two nodes so that the job starts on two, then gives them back.
     filler = d.submit(write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
-    jid = d.submit(jacobi_job(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
+    jid = d.submit(jacobi(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
     d.wait_event(jid, "registered", timeout=20)
     assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
     assert d.cli("ecancel", str(filler)).returncode == 0
