@@ -168,15 +168,24 @@ class Flood:
             await self.exchange(channel, r, w, garbage(rng))
         await self.close(w)
 
+    async def signed_in(self, channel: str, hello: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection past a well-formed hello (not counted as fuzz), or None."""
+        conn = await self.open(channel)
+        if conn is None:
+            return None
+        r, w = conn
+        if not await self.exchange(channel, r, w, hello):
+            await self.close(w)
+            return None
+        self.counts.sent -= 1  # the hello itself is well-formed
+        return r, w
+
     async def control_authenticated(self) -> None:
-        conn = await self.open("control")
+        hello = json.dumps({"op": "hello", "version": 1, "secret": self.cfg["secret"], "client": "fuzz"}).encode()
+        conn = await self.signed_in("control", hello)
         if conn is None:
             return
         r, w = conn
-        hello = json.dumps({"op": "hello", "version": 1, "secret": self.cfg["secret"], "client": "fuzz"}).encode()
-        if not await self.exchange("control", r, w, hello):
-            return await self.close(w)
-        self.counts.sent -= 1  # the hello itself is well-formed
         rng = self.rng
         bad_specs = [
             {"name": "x", "command": ["true"], "nodes": 0},
@@ -203,13 +212,10 @@ class Flood:
         await self.close(w)
 
     async def app_authenticated(self) -> None:
-        conn = await self.open("app")
+        conn = await self.signed_in("app", f"hello 1 {self.cfg['job_id']} {self.cfg['job_secret']}".encode())
         if conn is None:
             return
         r, w = conn
-        if not await self.exchange("app", r, w, f"hello 1 {self.cfg['job_id']} {self.cfg['job_secret']}".encode()):
-            return await self.close(w)
-        self.counts.sent -= 1
         rng = self.rng
         other = self.cfg["other_job_id"]
         lines = [b"shrunk node1 order=1", b"grown node1 node2 order=7", b"refuse order=x", b"defer nan order=1",
