@@ -42,8 +42,17 @@ _SIZE_EVENTS = frozenset({"started", "grown", "shrunk", "released"})
 
 def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
     """(time, nodes) of every size the job has had since it started, for the policies that
-    replay a job's progress under its performance model."""
-    return tuple((e.time, e.nodes) for e in job.events if e.event in _SIZE_EVENTS)
+    replay a job's progress under its performance model. Events are only appended, so the
+    history is extended from the ones not read yet: a job's view is rebuilt after every
+    change, and a long-running malleable job has hundreds of events."""
+    events = job.events
+    seen = job._history_seen
+    if seen != len(events):
+        new = tuple((e.time, e.nodes) for e in events[seen:] if e.event in _SIZE_EVENTS)
+        if new:
+            job._history += new
+        job._history_seen = len(events)
+    return job._history
 
 
 class Core:
@@ -189,7 +198,12 @@ class Core:
             else:
                 j = self.jobs[jid]
                 view = self._running_view(j, now)
-                valid_until = min((t for t in (j.no_orders_until, j.refused_until) if t > now), default=math.inf)
+                # Until a deferral or back-off ends, when the view's malleable_ready flips.
+                valid_until = math.inf
+                if j.no_orders_until > now:
+                    valid_until = j.no_orders_until
+                if now < j.refused_until < valid_until:
+                    valid_until = j.refused_until
                 views[jid] = (view, valid_until)
             running.append(view)
             if view.ending:
@@ -375,8 +389,9 @@ class Core:
         order = self._current_order(job, order_id, "shrink")
         if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
             raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
-        held = set(job.hosts)
-        foreign = [h for h in hosts if h not in held or h in job.leaving]
+        owner = self.nodes.owner_by_index
+        index = self.nodes.index
+        foreign = [h for h in hosts if h not in index or owner[index[h]] != job_id or h in job.leaving]
         if foreign:
             raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
         order.settled = "shrunk"
@@ -387,7 +402,7 @@ class Core:
         """The application runs on every host of the job, the new ones included."""
         job = self.job(job_id)
         order = self._current_order(job, order_id, "grow")
-        if sorted(hosts) != sorted(job.hosts):
+        if hosts != job.hosts and sorted(hosts) != sorted(job.hosts):
             raise OrderRejected(
                 "bad_hosts", f"grow: name every host the job now uses: {' '.join(job.hosts)}"
             )
@@ -452,7 +467,11 @@ class Core:
         job.account(now)
         self.nodes.release(job_id, mine)
         gone = set(mine)
-        job.hosts = [h for h in job.hosts if h not in gone]
+        k = len(mine)
+        if k and job.hosts[-k:] == mine:  # a shrink gives back the hosts it got last
+            del job.hosts[-k:]
+        else:
+            job.hosts = [h for h in job.hosts if h not in gone]
         job.leaving -= gone
         job.account(now)
         order = job.order
@@ -498,8 +517,9 @@ class Core:
             raise OrderRejected("busy", f"job {job_id} has order {job.order.order_id} open; answer it first")
         if len(set(hosts)) != len(hosts) or not hosts:
             raise OrderRejected("bad_hosts", "release: name distinct hosts")
-        held = set(job.hosts)
-        foreign = [h for h in hosts if h not in held or h in job.leaving]
+        owner = self.nodes.owner_by_index
+        index = self.nodes.index
+        foreign = [h for h in hosts if h not in index or owner[index[h]] != job_id or h in job.leaving]
         if foreign:
             raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
         lo, _hi, _ = job.bounds
@@ -571,7 +591,9 @@ class Core:
         reason: str | None,
     ) -> None:
         job.account(now)
-        self.nodes.release(job.job_id, job.hosts)
+        held = self.nodes.release_all(job.job_id)
+        if held != len(job.hosts):
+            raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
         self._active.pop(job.job_id, None)
         if job.order is not None:
             job.record(now, "order_dropped", f"order {job.order.order_id}: job ended")

@@ -50,6 +50,9 @@ class Job:
     events: list[JobEvent] = field(default_factory=list)
     node_seconds: float = 0.0
     _size_since: float | None = None
+    # The (time, nodes) history read from `events[:_history_seen]` (engine._size_history).
+    _history: tuple[tuple[float, int], ...] = ()
+    _history_seen: int = 0
 
     def __post_init__(self) -> None:
         # Derived once: the scheduler reads them for every job on every pass.

@@ -1,14 +1,17 @@
 """Which node belongs to which job; the one place that can say a node is free.
 
-Free nodes are kept as sorted, disjoint index intervals and owners in a flat list, so that
-giving a 1,000-node job its nodes is a few slice operations rather than 1,000 dictionary
-updates: the simulator does this for every job of a 4,000-node trace.
+Free nodes, and each job's nodes, are kept as sorted, disjoint index intervals, and owners
+in a flat list, so that giving a 1,000-node job its nodes, or taking them back when it
+ends, is a few slice operations rather than 1,000 dictionary updates: the simulator does
+this for every job of a 4,000-node trace.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from enum import Enum
+from operator import sub
 
 from elasticd.errors import InvalidTransition
 
@@ -20,13 +23,77 @@ class NodeState(str, Enum):
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """Sorted indices -> [start, end) runs of consecutive ones."""
-    if not indices:
-        return []
-    pairs = list(zip(indices, indices[1:]))
-    starts = [indices[0]] + [b for a, b in pairs if b != a + 1]
-    ends = [a + 1 for a, b in pairs if b != a + 1] + [indices[-1] + 1]
-    return list(zip(starts, ends))
+    """Sorted, distinct indices -> [start, end) runs of consecutive ones.
+
+    `index - position` is the same along a run and grows between runs, so each run's end
+    is found by bisection: the cost is per run, not per node (a job's nodes are a few
+    runs of hundreds)."""
+    offsets = list(map(sub, indices, range(len(indices))))
+    out: list[tuple[int, int]] = []
+    p, n = 0, len(indices)
+    while p < n:
+        q = bisect.bisect_right(offsets, offsets[p], p)
+        out.append((indices[p], indices[q - 1] + 1))
+        p = q
+    return out
+
+
+class Intervals:
+    """Sorted, disjoint [start, end) index intervals; touching ones are merged."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return zip(self.starts, self.ends)
+
+    def add(self, s: int, e: int) -> None:
+        """[s, e) must not overlap what is held."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(starts, s)
+        if i > 0 and ends[i - 1] == s:
+            i -= 1
+            ends[i] = e
+        else:
+            starts.insert(i, s)
+            ends.insert(i, e)
+        if i + 1 < len(starts) and starts[i + 1] == ends[i]:
+            ends[i] = ends[i + 1]
+            del starts[i + 1], ends[i + 1]
+
+    def remove(self, s: int, e: int) -> None:
+        """[s, e) must lie inside one interval (true of any run of held indices, since
+        touching intervals are merged)."""
+        starts, ends = self.starts, self.ends
+        j = bisect.bisect_right(starts, s) - 1
+        a, b = starts[j], ends[j]
+        if a < s:
+            ends[j] = s
+            if e < b:
+                starts.insert(j + 1, e)
+                ends.insert(j + 1, b)
+        elif e < b:
+            starts[j] = e
+        else:
+            del starts[j], ends[j]
+
+    def take_lowest(self, count: int) -> list[tuple[int, int]]:
+        """Remove the `count` lowest indices (there must be as many); the runs taken."""
+        starts, ends = self.starts, self.ends
+        taken: list[tuple[int, int]] = []
+        while count:
+            s, e = starts[0], ends[0]
+            take = min(count, e - s)
+            taken.append((s, s + take))
+            if take == e - s:
+                del starts[0], ends[0]
+            else:
+                starts[0] = s + take
+            count -= take
+        return taken
 
 
 class NodeTable:
@@ -37,10 +104,11 @@ class NodeTable:
         self.index = {n: i for i, n in enumerate(self.names)}
         self._owner: list[int | None] = [None] * len(self.names)
         self.down: set[str] = set()
-        # Disjoint free intervals [start, end), sorted by start.
-        self._starts: list[int] = [0] if self.names else []
-        self._ends: list[int] = [len(self.names)] if self.names else []
+        self._free = Intervals()
+        if self.names:
+            self._free.add(0, len(self.names))
         self._free_count = len(self.names)
+        self._held: dict[int, Intervals] = {}  # job -> the nodes it owns
 
     @property
     def total(self) -> int:
@@ -54,13 +122,18 @@ class NodeTable:
         return self._owner[self.index[name]]
 
     @property
+    def owner_by_index(self) -> list[int | None]:
+        """Each node's job by index (read-only), for checks over many hosts."""
+        return self._owner
+
+    @property
     def owner(self) -> dict[str, int | None]:
         """Every node's job (None when free); built on demand, for status displays."""
         return dict(zip(self.names, self._owner))
 
     def free_hosts(self) -> list[str]:
         out: list[str] = []
-        for s, e in zip(self._starts, self._ends):
+        for s, e in self._free:
             out.extend(self.names[s:e])
         return out
 
@@ -73,18 +146,14 @@ class NodeTable:
         """Lowest-numbered free nodes first, so placements are reproducible run to run."""
         if count > self._free_count:
             raise InvalidTransition(f"job {job_id}: {count} nodes asked, {self._free_count} free")
+        held = self._held.get(job_id)
+        if held is None:
+            held = self._held[job_id] = Intervals()
         chosen: list[str] = []
-        need = count
-        while need:
-            s, e = self._starts[0], self._ends[0]
-            take = min(need, e - s)
-            self._owner[s : s + take] = [job_id] * take
-            chosen.extend(self.names[s : s + take])
-            if take == e - s:
-                del self._starts[0], self._ends[0]
-            else:
-                self._starts[0] = s + take
-            need -= take
+        for s, e in self._free.take_lowest(count):
+            self._owner[s:e] = [job_id] * (e - s)
+            chosen.extend(self.names[s:e])
+            held.add(s, e)
         self._free_count -= count
         return chosen
 
@@ -94,20 +163,14 @@ class NodeTable:
         taken = [self.names[i] for i in idx if self._owner[i] is not None]
         if taken or len(set(idx)) != len(idx):
             raise InvalidTransition(f"job {job_id}: nodes {' '.join(taken) or 'named twice'} not free")
+        held = self._held.setdefault(job_id, Intervals())
+        for s, e in _runs(sorted(idx)):
+            self._owner[s:e] = [job_id] * (e - s)
+            held.add(s, e)
         for i in idx:
-            self._owner[i] = job_id
             if self.names[i] not in self.down:
-                self._take_free(i)
-
-    def _take_free(self, i: int) -> None:
-        """Remove index i from the free intervals (it must be in one)."""
-        j = bisect.bisect_right(self._starts, i) - 1
-        s, e = self._starts[j], self._ends[j]
-        del self._starts[j], self._ends[j]
-        for a, b in ((s, i), (i + 1, e)):
-            if a < b:
-                self._insert_free(a, b)
-        self._free_count -= 1
+                self._free.remove(i, i + 1)
+                self._free_count -= 1
 
     def release(self, job_id: int, hosts: list[str]) -> None:
         if not hosts:
@@ -115,19 +178,37 @@ class NodeTable:
         idx = sorted(map(self.index.__getitem__, hosts))
         if len(set(idx)) != len(idx):
             raise InvalidTransition(f"job {job_id} releases a node twice")
-        # Most jobs hold one contiguous block: skip the per-node run detection then.
-        runs = [(idx[0], idx[-1] + 1)] if idx[-1] - idx[0] + 1 == len(idx) else _runs(idx)
+        runs = _runs(idx)
         for s, e in runs:
             if self._owner[s:e].count(job_id) != e - s:
                 bad = next(self.names[i] for i in range(s, e) if self._owner[i] != job_id)
                 raise InvalidTransition(f"job {job_id} releases {bad}, which it does not hold")
-        freed = len(idx)
+        held = self._held[job_id]
+        for s, e in runs:
+            held.remove(s, e)
+        if not held.starts:
+            del self._held[job_id]
+        self._free_runs(runs)
+
+    def release_all(self, job_id: int) -> int:
+        """Free every node the job holds, without a host list to check against its own:
+        the job's end, which the simulator does for every job. How many were freed."""
+        held = self._held.pop(job_id, None)
+        if held is None:
+            return 0
+        runs = list(held)
+        self._free_runs(runs)
+        return sum(e - s for s, e in runs)
+
+    def _free_runs(self, runs: list[tuple[int, int]]) -> None:
+        freed = 0
         for s, e in runs:
             self._owner[s:e] = [None] * (e - s)
+            freed += e - s
             if self.down:
                 freed -= self._insert_free_up(s, e)
             else:
-                self._insert_free(s, e)
+                self._free.add(s, e)
         self._free_count += freed
 
     # ---- nodes that stop answering (cluster mode) -----------------------------------------
@@ -138,7 +219,8 @@ class NodeTable:
         self.down.add(name)
         i = self.index[name]
         if self._owner[i] is None:
-            self._take_free(i)
+            self._free.remove(i, i + 1)
+            self._free_count -= 1
 
     def mark_up(self, name: str) -> None:
         if name not in self.down:
@@ -146,7 +228,7 @@ class NodeTable:
         self.down.discard(name)
         i = self.index[name]
         if self._owner[i] is None:
-            self._insert_free(i, i + 1)
+            self._free.add(i, i + 1)
             self._free_count += 1
 
     def _insert_free_up(self, s: int, e: int) -> int:
@@ -156,22 +238,9 @@ class NodeTable:
         for i in range(s, e):
             if self.names[i] in self.down:
                 if start < i:
-                    self._insert_free(start, i)
+                    self._free.add(start, i)
                 start = i + 1
                 skipped += 1
         if start < e:
-            self._insert_free(start, e)
+            self._free.add(start, e)
         return skipped
-
-    def _insert_free(self, s: int, e: int) -> None:
-        i = bisect.bisect_left(self._starts, s)
-        # Merge with the interval before and/or after when they touch.
-        if i > 0 and self._ends[i - 1] == s:
-            i -= 1
-            self._ends[i] = e
-        else:
-            self._starts.insert(i, s)
-            self._ends.insert(i, e)
-        if i + 1 < len(self._starts) and self._starts[i + 1] == self._ends[i]:
-            self._ends[i] = self._ends[i + 1]
-            del self._starts[i + 1], self._ends[i + 1]

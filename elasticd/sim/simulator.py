@@ -132,7 +132,7 @@ class Simulation:
             elif isinstance(a, SendOrder):
                 job = core.jobs[a.job_id]
                 if a.kind == "shrink":
-                    keep = [h for h in job.hosts if h not in job.leaving]
+                    keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
                     for r in core.answer_shrink(a.job_id, a.order_id, keep[-a.count :], now):
                         core.hosts_gone(r.job_id, list(r.hosts), now)
                     self._progress[a.job_id].resize(len(job.hosts), now)
