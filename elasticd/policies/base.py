@@ -7,7 +7,9 @@ so the same policy decides identically in the daemon and in the simulator.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from elastic_protocol.jobspec import JobKind, PerfModel
@@ -29,14 +31,14 @@ class PendingView:
     model: PerfModel | None = None
     # An evolving job's declared steps, for the fit policy; empty: none declared.
     evolution: Profile = ()
+    # The fewest nodes the job can start on: its first step if it declared its evolution
+    # (it needs that many from the start), else its minimum. A field, not a property: every
+    # backfilling pass reads it for each waiting job.
+    start_nodes: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def start_nodes(self) -> int:
-        """The fewest nodes the job can start on: its first step if it declared its
-        evolution (it needs that many from the start), else its minimum."""
-        if self.evolution and self.kind is JobKind.EVOLVING:
-            return self.evolution[0][1]
-        return self.min_nodes
+    def __post_init__(self) -> None:
+        first = self.evolution[0][1] if self.evolution and self.kind is JobKind.EVOLVING else self.min_nodes
+        object.__setattr__(self, "start_nodes", first)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ class Policy(Protocol):
     def decide(self, snap: Snapshot) -> list[Decision]: ...
 
 
+# A waiting job's start_nodes as a function (a C-level getter: it is called for every
+# waiting job on every backfilling pass).
+start_nodes_of: Callable[[PendingView], int] = attrgetter("start_nodes")
+
+
 def start_size(job: PendingView, available: int) -> int | None:
     """Nodes to start a job with when `available` are usable, or None if it cannot start.
 
@@ -136,10 +143,10 @@ def grant_requests(snap: Snapshot, free: int) -> list[Decision]:
     each other cannot deadlock because a request never holds nodes while it waits.
     """
     out: list[Decision] = []
-    asking = sorted(
-        (r for r in snap.running if r.requested > 0 and r.malleable_ready and not r.ending),
-        key=lambda r: (r.requested_at or 0.0, r.job_id),
-    )
+    asking = [r for r in snap.running if r.requested > 0 and r.malleable_ready and not r.ending]
+    if not asking:
+        return out
+    asking.sort(key=lambda r: (r.requested_at or 0.0, r.job_id))
     for r in asking:
         n = min(r.requested, r.max_nodes - r.size)
         if 0 < n <= free:

@@ -24,6 +24,7 @@ from elasticd.policies.base import (
     Snapshot,
     Start,
     grant_requests,
+    start_nodes_of,
     start_size,
 )
 
@@ -44,18 +45,26 @@ def shadow_time(
     if available >= need:
         return now, available - need
     avail = available
+    inf = math.inf
+    # (end, nodes coming back); jobs past their end count as ending now, all together.
     ordered = sorted(
-        ((max(now, r.estimated_end), r.job_id, r.size - r.shrinking) for r in running if not r.ending),
+        [
+            (inf if r.time_limit is None else r.start_time + r.time_limit, r.size - r.shrinking)
+            for r in running
+            if not r.ending
+        ]
     )
-    i = 0
-    while i < len(ordered):
+    i, n = 0, len(ordered)
+    while i < n:
         t = ordered[i][0]
-        while i < len(ordered) and ordered[i][0] == t:
-            avail += ordered[i][2]
+        if t < now:
+            t = now
+        while i < n and ordered[i][0] <= t:
+            avail += ordered[i][1]
             i += 1
         if avail >= need:
             return t, avail - need
-    return math.inf, 0
+    return inf, 0
 
 
 @dataclass
@@ -64,14 +73,13 @@ class EasyResult:
     free: int  # idle nodes left after the starts
     extra: int  # of those, how many the blocked head does not need at its reservation
     waiting: list[PendingView]  # not started, in queue order
-    shadow: float  # the head's reservation (now if nothing waits)
     backfilled: int = 0  # jobs started past the blocked head
 
 
 def easy_pass(
     snap: Snapshot,
     size: Sizer = start_size,
-    need: Callable[[PendingView], int] = lambda j: j.start_nodes,
+    need: Callable[[PendingView], int] = start_nodes_of,
 ) -> EasyResult:
     """Start jobs as EASY does, sizing each with `size`; `need(job)` is the fewest nodes a
     job can start on (its reservation is made for that many)."""
@@ -91,12 +99,15 @@ def easy_pass(
         free -= n
         i += 1
     if i == len(pending):
-        return EasyResult(starts, free, free, [], snap.now)
+        return EasyResult(starts, free, free, [])
     head = pending[i]
     waiting = [head]
+    rest = pending[i + 1 :]
+    if free <= 0:  # nothing else can start, and no node is spare: the reservation is moot
+        waiting.extend(rest)
+        return EasyResult(starts, free, 0, waiting, len(starts) - i)
     shadow, extra = shadow_time(snap.now, free + snap.incoming_nodes, need(head), snap.running + tuple(started))
     now = snap.now
-    rest = pending[i + 1 :]
     for k, job in enumerate(rest):
         if free <= 0:
             waiting.extend(rest[k:])  # nothing further can start
@@ -113,7 +124,7 @@ def easy_pass(
         free -= n
         if not ends_in_time:
             extra -= n
-    return EasyResult(starts, free, min(free, extra), waiting, shadow, len(starts) - i)
+    return EasyResult(starts, free, min(free, extra), waiting, len(starts) - i)
 
 
 class EasyBackfill:

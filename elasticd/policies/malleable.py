@@ -20,6 +20,7 @@ from elasticd.policies.base import (
     PendingView,
     RunningView,
     Snapshot,
+    start_nodes_of,
     start_size,
 )
 from elasticd.policies.threestep import Strategy, three_step
@@ -38,7 +39,7 @@ def _width(size: int, r: RunningView) -> float:
 
 MIN_AGREE = Strategy(
     size=start_at_min,
-    need=lambda j: j.start_nodes,
+    need=start_nodes_of,
     priority=_width,
     floor=lambda r: r.min_nodes,
     balanced=True,

@@ -52,6 +52,7 @@ from elasticd.policies.base import (
     Shrink,
     Snapshot,
     grant_requests,
+    start_nodes_of,
 )
 from elasticd.policies.easy import easy_pass
 from elasticd.policies.min_avg_pref import start_at_pref_or_fewer
@@ -88,7 +89,7 @@ class Mebf:
     # ---- the pass --------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
         self._predictions.new_pass(snap.running)
-        res = easy_pass(snap, start_at_pref_or_fewer, lambda j: j.start_nodes)
+        res = easy_pass(snap, start_at_pref_or_fewer, start_nodes_of)
         out: list[Decision] = list(res.starts)
         free = res.free
         grants = grant_requests(snap, res.extra)

@@ -46,6 +46,7 @@ from elasticd.policies.base import (
     PendingView,
     RunningView,
     Snapshot,
+    start_nodes_of,
     start_size,
 )
 from elasticd.policies.malleable import start_at_min
@@ -81,10 +82,10 @@ def range_used(size: int, r: RunningView) -> float:
 
 
 STRATEGIES: dict[str, Strategy] = {
-    "min": Strategy(start_at_min, lambda j: j.start_nodes, over_min, lambda r: r.min_nodes, balanced=False),
-    "avg": Strategy(start_at_min, lambda j: j.start_nodes, range_used, lambda r: r.min_nodes, balanced=True),
+    "min": Strategy(start_at_min, start_nodes_of, over_min, lambda r: r.min_nodes, balanced=False),
+    "avg": Strategy(start_at_min, start_nodes_of, range_used, lambda r: r.min_nodes, balanced=True),
     "pref": Strategy(
-        start_at_pref_or_fewer, lambda j: j.start_nodes, over_pref, lambda r: r.min_nodes, balanced=False
+        start_at_pref_or_fewer, start_nodes_of, over_pref, lambda r: r.min_nodes, balanced=False
     ),
     "keeppref": Strategy(
         start_at_pref, keeppref_need, over_pref, lambda r: max(r.min_nodes, r.preferred), balanced=False

@@ -13,7 +13,9 @@ gives nothing away while a waiting job is owed nodes. A job is not resized again
 
 Nodes move either one at a time, re-ranking after each (balanced: minAgree, Avg), or as
 many as a job can give or take before the next is touched (fewest jobs: Min, Pref,
-KeepPref). Both run on a heap, so a pass costs O(queue + moved nodes * log jobs).
+KeepPref). Both run on a heap; balanced moves go in stretches (a job keeps its rank for
+a number of nodes found by bisection), so a pass costs O(queue + jobs touched * log
+nodes), not one heap operation per node.
 """
 
 from __future__ import annotations
@@ -64,13 +66,14 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
     decisions: list[Decision] = list(res.starts)
     free = res.free
     now = snap.now
+    # Built when first needed: most passes neither shrink nor grow anything.
+    ready: list[RunningView] | None = None
 
     # Step 2: shrink for waiting jobs, in queue order.
-    donors = {r.job_id: r for r in snap.running if resizable(r, now, interval) and r.size > s.floor(r)}
-    size = {jid: r.size for jid, r in donors.items()}
-    shrinkable = sum(size[j] - s.floor(donors[j]) for j in donors)
-    heap = [(-s.priority(size[j], r), j) for j, r in donors.items()]
-    heapq.heapify(heap)
+    donors: dict[int, RunningView] | None = None
+    size: dict[int, int] = {}
+    heap: list[tuple[float, int]] = []
+    shrinkable = 0
     # Idle nodes plus those already on their way back (shrinks and ends in flight).
     avail = free + snap.incoming_nodes
     shrinks: dict[int, int] = {}
@@ -81,6 +84,14 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
             owed = True  # nodes idle or coming back will start it: take nothing more
             avail -= need
             continue
+        if donors is None:
+            ready = [r for r in snap.running if resizable(r, now, interval)]
+            floor = s.floor
+            donors = {r.job_id: r for r in ready if r.size > floor(r)}
+            size = {jid: r.size for jid, r in donors.items()}
+            shrinkable = sum(r.size - floor(r) for r in donors.values())
+            heap = [(-s.priority(r.size, r), j) for j, r in donors.items()]
+            heapq.heapify(heap)
         lack = need - avail
         if lack > shrinkable:
             if avail == 0 and shrinkable == 0:
@@ -97,11 +108,9 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
         grants = grant_requests(snap, free)
         decisions.extend(grants)
         free -= sum(g.by for g in grants)  # type: ignore[union-attr]
-        takers = {
-            r.job_id: r
-            for r in snap.running
-            if resizable(r, now, interval) and r.size < r.max_nodes and r.job_id not in shrinks
-        }
+        if ready is None:
+            ready = [r for r in snap.running if resizable(r, now, interval)]
+        takers = {r.job_id: r for r in ready if r.size < r.max_nodes and r.job_id not in shrinks}
         decisions.extend(Grow(j, n) for j, n in sorted(_give(takers, free, s).items()))
     return decisions
 
@@ -115,30 +124,56 @@ def _take(
     s: Strategy,
 ) -> None:
     """Take `lack` nodes from donors, highest priority first (ties: lower job id)."""
+    priority, floor = s.priority, s.floor
     while lack > 0:
         _, j = heapq.heappop(heap)
         r = donors[j]
-        n = 1 if s.balanced else min(lack, size[j] - s.floor(r))
-        size[j] -= n
+        sz = size[j]
+        n = min(lack, sz - floor(r))
+        if s.balanced and n > 1 and heap:
+            # One node at a time, re-ranking after each: j gives until another job ranks higher.
+            top = heap[0]
+            n = 1 if (-priority(sz - 1, r), j) > top else 1 + _lead(lambda m: (-priority(sz - m, r), j) < top, n - 1)
+        size[j] = sz = sz - n
         shrinks[j] = shrinks.get(j, 0) + n
         lack -= n
-        if size[j] > s.floor(r):
-            heapq.heappush(heap, (-s.priority(size[j], r), j))
+        if sz > floor(r):
+            heapq.heappush(heap, (-priority(sz, r), j))
 
 
 def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, int]:
     """Give `free` nodes to takers, lowest priority first (ties: lower job id)."""
+    priority = s.priority
     size = {j: r.size for j, r in takers.items()}
-    heap = [(s.priority(size[j], r), j) for j, r in takers.items()]
+    heap = [(priority(size[j], r), j) for j, r in takers.items()]
     heapq.heapify(heap)
     grows: dict[int, int] = {}
     while free > 0 and heap:
         _, j = heapq.heappop(heap)
         r = takers[j]
-        n = 1 if s.balanced else min(free, r.max_nodes - size[j])
-        size[j] += n
+        sz = size[j]
+        n = min(free, r.max_nodes - sz)
+        if s.balanced and n > 1 and heap:
+            # One node at a time, re-ranking after each: j takes until another job ranks lower.
+            top = heap[0]
+            n = 1 if (priority(sz + 1, r), j) > top else 1 + _lead(lambda m: (priority(sz + m, r), j) < top, n - 1)
+        size[j] = sz = sz + n
         grows[j] = grows.get(j, 0) + n
         free -= n
-        if size[j] < r.max_nodes:
-            heapq.heappush(heap, (s.priority(size[j], r), j))
+        if sz < r.max_nodes:
+            heapq.heappush(heap, (priority(sz, r), j))
     return grows
+
+
+def _lead(still_first: Callable[[int], bool], most: int) -> int:
+    """The largest m <= most with still_first(m), given that it holds up to some m and not
+    after: priorities grow with size (every strategy's do), so moving nodes one at a time
+    keeps serving the same job for a stretch that bisection finds in O(log most) steps."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if still_first(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

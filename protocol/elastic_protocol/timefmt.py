@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _UNLIMITED = {"unlimited", "infinite"}
 
@@ -11,10 +12,12 @@ _PLAIN = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
 _DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
+@lru_cache(maxsize=4096, typed=True)
 def parse_time_limit(text: str | int) -> int | None:
     """Return seconds, or None for UNLIMITED. A bare integer is minutes, as in Slurm.
 
-    Raises ValueError naming the accepted formats.
+    Raises ValueError naming the accepted formats. Memoized: a replayed trace has
+    thousands of jobs and a few hundred distinct limits.
     """
     if isinstance(text, bool):
         raise ValueError("time limit must be a string like '30', '1:30:00' or '2-12:00'")
