@@ -110,3 +110,49 @@ def test_release_times_in_the_past_count_as_now_and_equal_times_merge() -> None:
     assert p.earliest(5, 10.0) == 200.0
     assert p.earliest(3, math.inf) == 100.0
     assert p.earliest(8, 1.0) == math.inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    releases=st.lists(st.tuples(st.integers(-5, 50), st.integers(0, 4)), max_size=12),
+    free=st.integers(0, 6),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("reserve"), st.integers(0, 60), st.integers(1, 40), st.integers(-2, 3)),
+            st.tuples(st.just("earliest"), st.integers(1, 12), st.integers(1, 50), st.just(0)),
+        ),
+        max_size=40,
+    ),
+    block=st.sampled_from([1, 2, 64]),
+)
+def test_searches_between_reservations_answer_like_a_plain_step_function(
+    releases: list[tuple[int, int]], free: int, steps: list[tuple[str, int, int, int]], block: int
+) -> None:
+    """A pass searches, reserves, searches again: each search starts from earlier answers
+    for narrower, shorter jobs, which holds only while the map loses nodes (a lent node
+    comes back with a negative reservation)."""
+    old = profile_mod._BLOCK
+    profile_mod._BLOCK = block
+    try:
+        fast = FreeProfile(0.0, free, [(float(t), n) for t, n in releases])
+        slow = Naive(0.0, free, [(float(t), n) for t, n in releases])
+        for op, a, b, c in steps:
+            if op == "reserve":
+                end = math.inf if b == 40 else float(a + b)
+                fast.reserve(float(a), end, c)
+                slow.reserve(float(a), end, c)
+            else:
+                d = math.inf if b == 50 else float(b)
+                assert fast.earliest(a, d) == slow.earliest(a, d, 0.0)
+    finally:
+        profile_mod._BLOCK = old
+
+
+def test_nodes_given_back_let_a_later_search_start_earlier_than_an_earlier_answer() -> None:
+    p = FreeProfile(0.0, 2, [(10.0, 2)])  # 2 free until 10, then 4
+    assert p.earliest(3, 5.0) == 10.0
+    p.reserve(0.0, 20.0, -1)  # a lender's node comes back now
+    assert p.earliest(3, 5.0) == 0.0
+    p.reserve(0.0, 5.0, 3)
+    assert p.earliest(1, 1.0) == 5.0
+    assert p.earliest(2, 2.0) == 5.0  # from the answer above: no window opens before it

@@ -18,8 +18,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
+from itertools import accumulate
 
 _BLOCK = 64
+_RECENT = 8  # earliest() answers kept as lower bounds for the next searches
 
 
 class _Block:
@@ -57,6 +59,9 @@ class FreeProfile:
             _Block(times[i : i + _BLOCK], values[i : i + _BLOCK]) for i in range(0, len(times), _BLOCK)
         ]
         self._firsts = [b.times[0] for b in self._blocks]
+        # (need, duration, earliest start) of the last searches since the map last gained
+        # nodes (see `earliest`).
+        self._recent: list[tuple[int, float, float]] = []
 
     # ---- reading ---------------------------------------------------------------------
     def free_at_now(self) -> int:
@@ -72,16 +77,11 @@ class FreeProfile:
         reader asking many `min_free(now, t)` of an unchanging map, which is then
         fewest[bisect_left(starts, t) - 1] (index 0 at least)."""
         starts: list[float] = []
-        fewest: list[int] = []
-        low = 1 << 62
+        values: list[int] = []
         for b in self._blocks:
-            add = b.add
             starts.extend(b.times)
-            for f in b.free:
-                if f + add < low:
-                    low = f + add
-                fewest.append(low)
-        return starts, fewest
+            values.extend(b.free if b.add == 0 else [f + b.add for f in b.free])
+        return starts, list(accumulate(values, min))
 
     def _locate(self, t: float) -> tuple[int, int]:
         """(block, index) of the segment containing time t (t >= now)."""
@@ -106,12 +106,32 @@ class FreeProfile:
         One walk forward: a candidate start is the first time with enough nodes since the
         last short segment; it is the answer once a segment begins `duration` after it.
         Blocks with enough nodes everywhere, or nowhere, are passed whole.
+
+        The walk starts at the latest recent answer for a job no wider and no longer: while
+        the map only loses nodes, no window for this job can open before that one did. (A
+        pass places its queue one job after another, mostly near the end of the map, and
+        this skips most of the way there.)
         """
-        t = self.now if after is None or after < self.now else after
+        unbounded = after is None or after <= self.now
+        t = self.now if unbounded else after  # type: ignore[assignment]
         if need <= 0:
             return t
         if duration <= 0:
             return self.first_with(need, t)
+        for n2, d2, t2 in self._recent:
+            if t2 > t and n2 <= need and d2 <= duration:
+                t = t2
+        if t == math.inf:
+            return t
+        c = self._walk(need, duration, t)
+        if unbounded:
+            recent = self._recent
+            recent.append((need, duration, c))
+            if len(recent) > _RECENT:
+                del recent[0]
+        return c
+
+    def _walk(self, need: int, duration: float, t: float) -> float:
         bi, i = self._locate(t)
         blocks, nb = self._blocks, len(self._blocks)
         inf = math.inf
@@ -242,6 +262,8 @@ class FreeProfile:
         """Take `nodes` from every segment in [start, end)."""
         if nodes == 0 or end <= start:
             return
+        if nodes < 0:
+            self._recent.clear()  # nodes given back: a window may open earlier than before
         if start < self.now:
             start = self.now
         if end != math.inf:
