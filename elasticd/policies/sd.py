@@ -79,6 +79,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from elastic_protocol.jobspec import JobKind
 
@@ -328,6 +329,9 @@ class SdPolicy:
         past_mates: dict[float, int] = {}
         # Nobody can start on more than the map leaves now.
         start_cap = min(free, fewest[0])
+        # Nor on more of its own nodes than that and `cap`, nor with mates on more than
+        # that and the widest lenders: a job whose minimum is above cannot act.
+        reach_cap = max(0, min(cap, fewest[0])) + (widest if with_mates else 0)
 
         def free_until(t: float) -> int:
             j = first_after(starts, t) - 1
@@ -362,6 +366,8 @@ class SdPolicy:
                 return k
             if pp is None:
                 continue  # static placement only
+            if least > reach_cap:
+                continue
             work, speedup = pp.work, pp.speedup.speedup
             # The most nodes of its own it could start on now: what the map holds for its
             # limit (a run on fewer nodes is only longer), at most `cap`.
@@ -824,7 +830,7 @@ class SdPolicy:
 
 def _before_lending(r: RunningView) -> int:
     """The largest size the job has had (its size before it lent nodes), at most its max."""
-    return min(r.max_nodes, max((n for _, n in r.history), default=r.size))
+    return min(r.max_nodes, max(map(itemgetter(1), r.history), default=r.size))
 
 
 def _submitted(r: RunningView) -> float:
