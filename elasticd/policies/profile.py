@@ -187,21 +187,20 @@ class FreeProfile:
         bi, i = self._locate(start if start > self.now else self.now)
         blocks, nb = self._blocks, len(self._blocks)
         best = math.inf
-        first = True
+        first = True  # the segment at `start` counts even if the range is empty
         while bi < nb:
             b = blocks[bi]
             if i == 0 and bi + 1 < nb and self._firsts[bi + 1] <= end:
-                best = min(best, b.lo + b.add)  # the whole block lies inside the range
-                first = False
-                bi += 1
-                continue
-            times, free = b.times, b.free
-            while i < len(times) and (first or times[i] < end):
-                best = min(best, free[i] + b.add)
-                first = False
-                i += 1
-            if i < len(times):
-                break
+                low = b.lo + b.add  # the whole block lies inside the range
+            else:
+                times = b.times
+                stop = bisect.bisect_left(times, end, i + 1 if first else i)
+                low = min(b.free[i:stop]) + b.add if stop > i else math.inf
+                if stop < len(times):
+                    return int(min(best, low))
+            if low < best:
+                best = low
+            first = False
             bi += 1
             i = 0
         return int(best)
@@ -246,17 +245,24 @@ class FreeProfile:
         i += 1
         b.times.insert(i, t)
         b.free.insert(i, b.free[i - 1])
-        if len(b.times) > 2 * _BLOCK:
-            half = len(b.times) // 2
-            nb = _Block(b.times[half:], b.free[half:])
-            nb.add = b.add
-            del b.times[half:], b.free[half:]
-            b.refresh()
-            self._blocks.insert(bi + 1, nb)
-            self._firsts.insert(bi + 1, nb.times[0])
-            if i >= half:
-                return bi + 1, i - half
+        half = self._halve_if_full(bi)
+        if half and i >= half:
+            return bi + 1, i - half
         return bi, i
+
+    def _halve_if_full(self, bi: int) -> int:
+        """Split block `bi` in two once it holds more than 2 * _BLOCK segments; where (0: not)."""
+        b = self._blocks[bi]
+        if len(b.times) <= 2 * _BLOCK:
+            return 0
+        half = len(b.times) // 2
+        nb = _Block(b.times[half:], b.free[half:])
+        nb.add = b.add
+        del b.times[half:], b.free[half:]
+        b.refresh()
+        self._blocks.insert(bi + 1, nb)
+        self._firsts.insert(bi + 1, nb.times[0])
+        return half
 
     def reserve(self, start: float, end: float, nodes: int) -> None:
         """Take `nodes` from every segment in [start, end)."""
@@ -266,6 +272,10 @@ class FreeProfile:
             self._recent.clear()  # nodes given back: a window may open earlier than before
         if start < self.now:
             start = self.now
+        bi = 0 if start == self.now else bisect.bisect_right(self._firsts, start) - 1
+        if bi + 1 == len(self._blocks) or end < self._firsts[bi + 1]:
+            self._reserve_in_block(bi, start, end, nodes)  # the usual case: one block
+            return
         if end != math.inf:
             self._split(end)
         bi, i = self._split(start) if start > self.now else (0, 0)
@@ -295,6 +305,34 @@ class FreeProfile:
                 break
             bi += 1
             i = 0
+
+
+    def _reserve_in_block(self, bi: int, start: float, end: float, nodes: int) -> None:
+        """`reserve` of a range that starts and ends inside block `bi` (the map's first
+        segment starts at `now`, so start >= the block's first time)."""
+        b = self._blocks[bi]
+        times, free = b.times, b.free
+        i = bisect.bisect_right(times, start) - 1
+        if times[i] != start:
+            i += 1
+            times.insert(i, start)
+            free.insert(i, free[i - 1])
+        if end == math.inf:
+            stop = len(times)
+        else:
+            stop = bisect.bisect_left(times, end, i)
+            if stop == len(times) or times[stop] != end:
+                times.insert(stop, end)
+                free.insert(stop, free[stop - 1])
+        taken = [f - nodes for f in free[i:stop]]
+        free[i:stop] = taken
+        if nodes > 0:
+            low = min(taken)  # as in `reserve`: the least stays exact, the largest a bound
+            if low < b.lo:
+                b.lo = low
+        else:
+            b.refresh()
+        self._halve_if_full(bi)
 
 
 def running_releases(snap_running: Iterable[object], now: float) -> list[tuple[float, int]]:
