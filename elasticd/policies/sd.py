@@ -332,6 +332,8 @@ class SdPolicy:
         # Nor on more of its own nodes than that and `cap`, nor with mates on more than
         # that and the widest lenders: a job whose minimum is above cannot act.
         reach_cap = max(0, min(cap, fewest[0])) + (widest if with_mates else 0)
+        # A job whose minimum is above both cannot act at all (its planned size is no less).
+        hopeless = max(start_cap, reach_cap)
 
         def free_until(t: float) -> int:
             j = first_after(starts, t) - 1
@@ -352,6 +354,8 @@ class SdPolicy:
             t = traits.get(e.job_id)  # type: ignore[attr-defined]  # `_traits_for`, inline
             if t is None or t[0] is not e:
                 t = self._traits_of(e)  # type: ignore[arg-type]
+            if t[3] > hopeless and k < last_planned and not promised:
+                continue  # most of a deep queue: passed without reading the map
             job, need, limit, least, pref, pp = t
             # The fewest nodes the map holds over the job's limit (read when first needed).
             for_limit = -1
