@@ -65,7 +65,10 @@ class Job:
         return len(self.hosts)
 
     def record(self, now: float, event: str, detail: str | None = None) -> None:
-        self.events.append(JobEvent(now, event, len(self.hosts), tuple(self.hosts), detail))
+        hosts = tuple(self.hosts)
+        if self.events and self.events[-1].hosts == hosts:
+            hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host
+        self.events.append(JobEvent(now, event, len(hosts), hosts, detail))
 
     def account(self, now: float) -> None:
         """Close the current size segment so node_seconds is exact across resizes."""
