@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from elasticd.core.states import JobState
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Launch:
     job_id: int
     hosts: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Terminate:
     """End the job's processes on these hosts (SIGTERM, grace, SIGKILL), then report exit."""
 
@@ -22,7 +22,7 @@ class Terminate:
     ending_as: JobState
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LaunchJoining:
     """Start the job's command on new hosts of a running job (a grow); `all_hosts` is the
     job's host list including them, in order."""
@@ -32,7 +32,7 @@ class LaunchJoining:
     all_hosts: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SendOrder:
     job_id: int
     order_id: int
@@ -42,7 +42,7 @@ class SendOrder:
     deadline_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """Make sure no process of the job is left on these hosts: let them exit on their own
     for `grace` seconds, then end them; report with Core.hosts_gone."""

@@ -10,7 +10,7 @@ from elasticd.core.orders import Order
 from elasticd.core.states import JobState
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobEvent:
     time: float
     event: str

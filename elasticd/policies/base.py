@@ -18,7 +18,7 @@ from elastic_protocol.jobspec import JobKind, PerfModel
 Profile = tuple[tuple[float, int], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingView:
     job_id: int
     submit_time: float
@@ -41,7 +41,7 @@ class PendingView:
         object.__setattr__(self, "start_nodes", first)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunningView:
     job_id: int
     kind: JobKind
@@ -76,7 +76,7 @@ class RunningView:
         return self.start_time + self.time_limit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     total_nodes: int
@@ -88,19 +88,19 @@ class Snapshot:
     incoming_nodes: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Start:
     job_id: int
     nodes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shrink:
     job_id: int
     by: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Grow:
     job_id: int
     by: int
