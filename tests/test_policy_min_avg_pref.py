@@ -3,7 +3,11 @@ expected decisions worked out in the comments, then one run through the real cor
 
 from __future__ import annotations
 
+import heapq
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from elastic_protocol.jobspec import JobKind, JobSpec
 
 from elasticd.core.actions import Launch, SendOrder
@@ -172,3 +176,55 @@ def test_keeppref_through_the_core_shrinks_only_down_to_the_preferred_size() -> 
     core.submit(JobSpec(name="s", command=["x"], nodes=3), 3.0)
     (order,) = [x for x in core.schedule(3.0) if isinstance(x, SendOrder)]
     assert (order.kind, order.count) == ("shrink", 3)
+
+
+def _one_node_at_a_time(jobs: list[RunningView], free: int, priority: object, give: bool) -> dict[int, int]:
+    """The balanced rule as the seed states it: move one node, re-rank, repeat."""
+    size = {r.job_id: r.size for r in jobs}
+    moved: dict[int, int] = {}
+    for _ in range(free):
+        if give:
+            open_ = [r for r in jobs if size[r.job_id] < r.max_nodes]
+            if not open_:
+                break
+            r = min(open_, key=lambda r: (priority(size[r.job_id], r), r.job_id))  # type: ignore[operator]
+            size[r.job_id] += 1
+        else:
+            open_ = [r for r in jobs if size[r.job_id] > r.min_nodes]
+            r = min(open_, key=lambda r: (-priority(size[r.job_id], r), r.job_id))  # type: ignore[operator]
+            size[r.job_id] -= 1
+        moved[r.job_id] = moved.get(r.job_id, 0) + 1
+    return moved
+
+
+balanced_jobs = st.lists(
+    st.tuples(st.integers(1, 40), st.integers(0, 60), st.integers(1, 200)),  # (min, size above min, range)
+    min_size=1,
+    max_size=7,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(balanced_jobs, st.integers(1, 600), st.sampled_from(["avg", "malleable"]))
+def test_balanced_giving_and_taking_match_moving_one_node_at_a_time(
+    spec: list[tuple[int, int, int]], free: int, policy: str
+) -> None:
+    """Avg and minAgree move nodes in stretches and by levels; the result must be exactly
+    the one-node-at-a-time rule's, ties to the lower job id included."""
+    from elasticd.policies.malleable import MIN_AGREE
+    from elasticd.policies.min_avg_pref import STRATEGIES
+    from elasticd.policies.threestep import _give, _take
+
+    s = MIN_AGREE if policy == "malleable" else STRATEGIES["avg"]
+    jobs = [run(i + 1, lo + min(above, rng), lo, lo, lo + rng) for i, (lo, above, rng) in enumerate(spec)]
+    takers = {r.job_id: r for r in jobs if r.size < r.max_nodes}
+    assert _give(takers, free, s) == _one_node_at_a_time(list(takers.values()), free, s.priority, give=True)
+
+    donors = {r.job_id: r for r in jobs if r.size > r.min_nodes}
+    lack = min(free, sum(r.size - r.min_nodes for r in donors.values()))
+    size = {j: r.size for j, r in donors.items()}
+    heap = [(-s.priority(r.size, r), j) for j, r in donors.items()]
+    heapq.heapify(heap)
+    shrinks: dict[int, int] = {}
+    _take(heap, donors, size, shrinks, lack, s)
+    assert shrinks == _one_node_at_a_time(list(donors.values()), lack, s.priority, give=False)

@@ -145,9 +145,16 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
     """Give `free` nodes to takers, lowest priority first (ties: lower job id)."""
     priority = s.priority
     size = {j: r.size for j, r in takers.items()}
-    heap = [(priority(size[j], r), j) for j, r in takers.items()]
-    heapq.heapify(heap)
     grows: dict[int, int] = {}
+    if s.balanced and len(takers) > 1:
+        # Most of the nodes in one step: every node the one-at-a-time rounds give below a
+        # priority level, which the heap then continues from.
+        for j, n in _below_level(takers, free, priority).items():
+            size[j] += n
+            grows[j] = n
+            free -= n
+    heap = [(priority(size[j], r), j) for j, r in takers.items() if size[j] < r.max_nodes]
+    heapq.heapify(heap)
     while free > 0 and heap:
         _, j = heapq.heappop(heap)
         r = takers[j]
@@ -163,6 +170,50 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
         if sz < r.max_nodes:
             heapq.heappush(heap, (priority(sz, r), j))
     return grows
+
+
+def _below_level(takers: dict[int, RunningView], free: int, priority: Priority) -> dict[int, int]:
+    """Nodes per job that one-at-a-time giving (lowest priority first) hands out before any
+    job's priority reaches some level, the level chosen so that at most `free` are.
+
+    Giving one node at a time to the lowest (priority, job id) takes each job's priorities
+    at sizes size, size+1, ... in increasing order across all jobs (priorities grow with
+    size), so everything below a level comes first, whatever the level. The level is
+    estimated by taking each job's priority as linear in its size (it is, for every
+    strategy here); the counts below it are then exact (bisection on the real priority),
+    and an estimate that would hand out too many is not used. Too few is harmless: the
+    heap hands out the rest in the same order."""
+    jobs = []
+    for j, r in takers.items():
+        cap = r.max_nodes - r.size
+        p0 = priority(r.size, r)
+        step = priority(r.size + 1, r) - p0
+        if step <= 0:
+            return {}
+        jobs.append((j, r, cap, p0, step))
+    if sum(x[2] for x in jobs) <= free:
+        return {j: cap for j, _, cap, _, _ in jobs}  # every job gets all it can take
+    # The level where the linear counts add up to `free`, without the jobs that take all
+    # they can below it, nor those already above it.
+    active = jobs
+    budget = float(free)
+    while True:
+        level = (budget + sum(p0 / step for _, _, _, p0, step in active)) / sum(1 / step for *_, step in active)
+        full = [x for x in active if (level - x[3]) / x[4] >= x[2]]
+        above = [x for x in active if x[3] >= level]
+        if not full and not above:
+            break
+        budget -= sum(x[2] for x in full)
+        active = [x for x in active if x not in full and x not in above]
+        if budget <= 0 or not active:
+            return {}
+    level -= max(step for *_, step in jobs)  # below the estimate, so as not to overshoot
+    counts: dict[int, int] = {}
+    for j, r, cap, p0, _ in jobs:
+        if p0 < level:
+            size = r.size
+            counts[j] = 1 + _lead(lambda m: priority(size + m, r) < level, cap - 1)
+    return counts if sum(counts.values()) <= free else {}
 
 
 def _lead(still_first: Callable[[int], bool], most: int) -> int:
