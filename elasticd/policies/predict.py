@@ -155,9 +155,12 @@ class Predictions:
         self._replayed: dict[int, tuple[RunningView, WorkProgress | None, RunningPrediction]] = {}
 
     def new_pass(self, running: tuple[RunningView, ...]) -> None:
-        """Forget jobs (or views) no longer in the snapshot, so memory stays bounded."""
+        """Forget jobs (or views) no longer in the snapshot once they outnumber the ones in
+        it, so memory stays bounded at O(running) without a sweep on every pass. (A kept
+        entry holds its view, so its id cannot be taken by another view meanwhile.)"""
         old = self._replayed
-        self._replayed = {id(r): old[id(r)] for r in running if id(r) in old and old[id(r)][0] is r}
+        if len(old) > 2 * len(running) + 64:
+            self._replayed = {id(r): old[id(r)] for r in running if id(r) in old and old[id(r)][0] is r}
 
     def get(self, job: RunningView, now: float) -> RunningPrediction:
         hit = self._replayed.get(id(job))
