@@ -115,7 +115,7 @@ class _Mates:
     used: set[int] = field(default_factory=set)  # lent in this pass (and out of `ranked`)
     _widest: int | None = None
     _latest: tuple[float, float] | None = None
-    _sets: list[tuple[tuple[_Mate, ...], int, float]] | None = None
+    _sets: list[tuple[tuple[_Mate, ...], int, float, tuple[tuple[int, float], ...]]] | None = None
 
     def widest(self, candidates: int, max_mates: int) -> int:
         """The most nodes any allowed set of candidates could lend: a bound that lets most
@@ -136,16 +136,27 @@ class _Mates:
             )
         return self._latest
 
-    def sets(self, candidates: int, max_mates: int) -> list[tuple[tuple[_Mate, ...], int, float]]:
+    def sets(
+        self, candidates: int, max_mates: int
+    ) -> list[tuple[tuple[_Mate, ...], int, float, tuple[tuple[int, float], ...]]]:
         """Every allowed set of candidates, in the search's order, with the nodes it can
-        lend and the earliest predicted end among its members."""
+        lend, the earliest predicted end among its members, and (member's position, its
+        limit) by limit: the order its lent nodes come back in."""
         if self._sets is None:
             cands = self.ranked[:candidates]
-            self._sets = [
-                (chosen, sum(m.lend for m in chosen), min(m.end for m in chosen))
-                for r in range(1, max_mates + 1)
-                for chosen in itertools.combinations(cands, r)
-            ]
+            limits = [m.job.estimated_end for m in cands]
+            # Singles and pairs spelled out (SD-Policy allows two mates): built on most passes.
+            out = [((m, ), m.lend, m.end, ((0, e),)) for m, e in zip(cands, limits)]
+            if max_mates >= 2:
+                for i, (a, ea) in enumerate(zip(cands, limits)):
+                    for b, eb in zip(cands[i + 1 :], limits[i + 1 :]):
+                        order = ((0, ea), (1, eb)) if ea <= eb else ((1, eb), (0, ea))
+                        out.append(((a, b), a.lend + b.lend, a.end if a.end < b.end else b.end, order))
+            for r in range(3, max_mates + 1):
+                for chosen in itertools.combinations(cands, r):
+                    by_limit = sorted(((k, m.job.estimated_end) for k, m in enumerate(chosen)), key=itemgetter(1))
+                    out.append((chosen, sum(m.lend for m in chosen), min(m.end for m in chosen), tuple(by_limit)))
+            self._sets = out
         return self._sets
 
     def take(self, mate: _Mate) -> None:
@@ -479,32 +490,35 @@ class SdPolicy:
                 spans[a, b] = prof.min_free(a, b)
             return spans[a, b]
 
-        def fits(chosen: tuple[_Mate, ...], n: int, run: float) -> bool:
+        def fits(chosen: tuple[_Mate, ...], by_limit: tuple[tuple[int, float], ...], n: int, run: float) -> bool:
             lack = n - base
             lent = []
             for m in chosen:
-                k = min(m.lend, lack)
+                k = m.lend if m.lend < lack else lack
                 lack -= k
-                lent.append((m, max(1, k)))
-            stop = now + max(run, limit)
+                lent.append(k if k > 1 else 1)
+            stop = now + (run if run > limit else limit)
             start, need = now, 0
-            for m, k in sorted(lent, key=lambda mk: mk[0].job.estimated_end):
-                until = min(max(m.job.estimated_end, now), stop)
+            for pos, until in by_limit:  # lent nodes come back at the mates' limits
+                if until < now:
+                    until = now
+                if until > stop:
+                    until = stop
                 if until > start:
                     if free_in(start, until) < need:
                         return False
                     start = until
-                need += k
+                need += lent[pos]
             return stop <= start or free_in(start, stop) >= need
 
-        for chosen, lend, first_end in mates.sets(self.mate_candidates, self.max_mates):
+        for chosen, lend, first_end, by_limit in mates.sets(self.mate_candidates, self.max_mates):
             n = base + lend
             if n > pref:
                 n = pref
             if n < least:
                 continue
             run = work / speedup(n)
-            if now + run <= first_end and fits(chosen, n, run):
+            if now + run <= first_end and fits(chosen, by_limit, n, run):
                 return True
         return False
 
