@@ -389,14 +389,17 @@ class Core:
         order = self._current_order(job, order_id, "shrink")
         if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
             raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
-        owner = self.nodes.owner_by_index
-        index = self.nodes.index
-        foreign = [h for h in hosts if h not in index or owner[index[h]] != job_id or h in job.leaving]
-        if foreign:
-            raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
+        self._check_own_hosts(job, hosts)
         order.settled = "shrunk"
         job.leaving.update(hosts)
         return [Reclaim(job_id, tuple(hosts), 0.0)]
+
+    def _check_own_hosts(self, job: Job, hosts: list[str]) -> None:
+        """Reject naming a host the job does not hold, or is already giving back."""
+        holds = self.nodes.holds
+        foreign = [h for h in hosts if not holds(job.job_id, h) or h in job.leaving]
+        if foreign:
+            raise OrderRejected("bad_hosts", f"not hosts of job {job.job_id}: {' '.join(foreign)}")
 
     def answer_grow(self, job_id: int, order_id: int, hosts: list[str], now: float) -> None:
         """The application runs on every host of the job, the new ones included."""
@@ -517,11 +520,7 @@ class Core:
             raise OrderRejected("busy", f"job {job_id} has order {job.order.order_id} open; answer it first")
         if len(set(hosts)) != len(hosts) or not hosts:
             raise OrderRejected("bad_hosts", "release: name distinct hosts")
-        owner = self.nodes.owner_by_index
-        index = self.nodes.index
-        foreign = [h for h in hosts if h not in index or owner[index[h]] != job_id or h in job.leaving]
-        if foreign:
-            raise OrderRejected("bad_hosts", f"not hosts of job {job_id}: {' '.join(foreign)}")
+        self._check_own_hosts(job, hosts)
         lo, _hi, _ = job.bounds
         if job.size - len(job.leaving) - len(hosts) < lo:
             raise OrderRejected("bad_hosts", f"release: job {job_id} may not go below {lo} nodes")

@@ -121,10 +121,10 @@ class NodeTable:
     def owner_of(self, name: str) -> int | None:
         return self._owner[self.index[name]]
 
-    @property
-    def owner_by_index(self) -> list[int | None]:
-        """Each node's job by index (read-only), for checks over many hosts."""
-        return self._owner
+    def holds(self, job_id: int, name: str) -> bool:
+        """Whether the job owns this node (False for a name that is no node here)."""
+        i = self.index.get(name)
+        return i is not None and self._owner[i] == job_id
 
     @property
     def owner(self) -> dict[str, int | None]:
