@@ -38,6 +38,19 @@ class _Block:
         self.lo = min(self.free)
         self.hi = max(self.free)
 
+    def take(self, i: int, stop: int, nodes: int) -> None:
+        """Take `nodes` from segments i..stop-1 (i < stop; negative: give them back)."""
+        taken = [f - nodes for f in self.free[i:stop]]
+        self.free[i:stop] = taken
+        if nodes > 0:
+            # Taking nodes only lowers values: the least is exact this way, and the largest
+            # stays an upper bound, which only lets a search skip fewer blocks.
+            low = min(taken)
+            if low < self.lo:
+                self.lo = low
+        else:
+            self.refresh()
+
 
 class FreeProfile:
     def __init__(self, now: float, free_now: int, releases: Iterable[tuple[float, int]]) -> None:
@@ -289,23 +302,12 @@ class FreeProfile:
                 b.add -= nodes
                 bi += 1
                 continue
-            times, free = b.times, b.free
-            stop = bisect.bisect_left(times, end, i)
-            taken = [f - nodes for f in free[i:stop]]
-            free[i:stop] = taken
-            if nodes > 0:
-                # Taking nodes only lowers values: the least is exact this way, and the
-                # largest stays an upper bound, which only lets a search skip fewer blocks.
-                low = min(taken)
-                if low < b.lo:
-                    b.lo = low
-            else:
-                b.refresh()
-            if stop < len(times):
+            stop = bisect.bisect_left(b.times, end, i)
+            b.take(i, stop, nodes)
+            if stop < len(b.times):
                 break
             bi += 1
             i = 0
-
 
     def _reserve_in_block(self, bi: int, start: float, end: float, nodes: int) -> None:
         """`reserve` of a range that starts and ends inside block `bi` (the map's first
@@ -324,14 +326,7 @@ class FreeProfile:
             if stop == len(times) or times[stop] != end:
                 times.insert(stop, end)
                 free.insert(stop, free[stop - 1])
-        taken = [f - nodes for f in free[i:stop]]
-        free[i:stop] = taken
-        if nodes > 0:
-            low = min(taken)  # as in `reserve`: the least stays exact, the largest a bound
-            if low < b.lo:
-                b.lo = low
-        else:
-            b.refresh()
+        b.take(i, stop, nodes)
         self._halve_if_full(bi)
 
 
