@@ -146,7 +146,7 @@ class _Mates:
             cands = self.ranked[:candidates]
             limits = [m.job.estimated_end for m in cands]
             # Singles and pairs spelled out (SD-Policy allows two mates): built on most passes.
-            out = [((m, ), m.lend, m.end, ((0, e),)) for m, e in zip(cands, limits)]
+            out = [((m,), m.lend, m.end, ((0, e),)) for m, e in zip(cands, limits)]
             if max_mates >= 2:
                 for i, (a, ea) in enumerate(zip(cands, limits)):
                     for b, eb in zip(cands[i + 1 :], limits[i + 1 :]):
@@ -368,13 +368,11 @@ class SdPolicy:
             if t[3] > hopeless and k < last_planned and not promised:
                 continue  # most of a deep queue: passed without reading the map
             job, need, limit, least, pref, pp = t
-            # The fewest nodes the map holds over the job's limit (read when first needed).
-            for_limit = -1
-            if need <= start_cap:
-                j = first_after(starts, now + limit) - 1
-                for_limit = fewest[j if j > 0 else 0]
-                if for_limit >= need:
-                    return k  # it may start as planned
+            # The fewest nodes the map holds over the job's limit.
+            j = first_after(starts, now + limit) - 1
+            for_limit = fewest[j if j > 0 else 0]
+            if need <= start_cap and for_limit >= need:
+                return k  # it may start as planned
             if k >= last_planned:
                 return end  # unplanned jobs start in strict order: the walk stops here
             if promised and job.job_id in promised:
@@ -386,12 +384,7 @@ class SdPolicy:
             work, speedup = pp.work, pp.speedup.speedup
             # The most nodes of its own it could start on now: what the map holds for its
             # limit (a run on fewer nodes is only longer), at most `cap`.
-            if for_limit < 0:
-                j = first_after(starts, now + limit) - 1
-                for_limit = fewest[j if j > 0 else 0]
-            top = for_limit
-            if top > cap:
-                top = cap
+            top = for_limit if for_limit < cap else cap
             if least <= top:
                 # The reduced start's own search on the map as it is: the map only loses
                 # nodes, so finding no size that fits now means none will. (It settles on
