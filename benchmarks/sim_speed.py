@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-TRACE = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "theta-2023.swf"
+TRACE = Path(__file__).resolve().parent.parent / "examples" / "traces" / "theta-2023.swf.gz"
 
 
 def load(repeat: int = 1):

@@ -12,7 +12,7 @@
 # namespaces share this machine's file system, as a real cluster's nodes share home: the
 # project's .venv is at the same path on every node.
 #
-# Why things are done the way they are (see ../shared/notes/virtual-cluster.md):
+# Why things are done the way they are (facts gathered while building it are in deploy/README.md):
 # - daemons enter a namespace with nsenter, never `ip netns exec` (which remounts /sys, and
 #   slurmd then dies on a missing /sys/fs/cgroup); `unshare --uts` gives each node its name;
 # - munged, sshd, slurmd, slurmctld are started by hand and stopped by the pid in their

@@ -19,7 +19,7 @@ from elasticd.sim.simulator import simulate
 from elasticd.sim.swf import Trace, read_swf
 from elasticd.sim.workload import build_workload
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
 
 class Lockstep:
@@ -44,10 +44,10 @@ class Lockstep:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("trace_name", "jobs", "fraction", "seed"), [
-    ("theta-2023.swf", 700, 1.0, 1),
-    ("theta-2023.swf", 700, 0.6, 2),
-    ("hpc2n-2002-subset.swf", 1500, 1.0, 3),
-    ("nasa-ipsc-1993.swf", 4000, 1.0, 4),
+    ("theta-2023.swf.gz", 700, 1.0, 1),
+    ("theta-2023.swf.gz", 700, 0.6, 2),
+    ("hpc2n-2002-subset.swf.gz", 1500, 1.0, 3),
+    ("nasa-ipsc-1993.swf.gz", 4000, 1.0, 4),
 ])
 def test_look_ahead_decides_exactly_as_the_plain_walk(trace_name: str, jobs: int, fraction: float, seed: int) -> None:
     full = read_swf(TRACES / trace_name)

@@ -19,7 +19,7 @@ from elasticd.sim.simulator import JobOutcome, simulate
 from elasticd.sim.swf import TraceError, read_swf
 from elasticd.sim.workload import MalleabilityRule, build_workload, node_range
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
 
 def swf(tmp_path: Path, rows: list[str], header: str = "; MaxNodes: 4\n; MaxProcs: 4\n") -> Path:
@@ -115,7 +115,7 @@ def test_processors_become_nodes_with_cores_per_node(tmp_path: Path) -> None:
 
 
 def test_malleable_fraction_is_seeded_and_nested() -> None:
-    trace = read_swf(TRACES / "hpc2n-2002-subset.swf")
+    trace = read_swf(TRACES / "hpc2n-2002-subset.swf.gz")
     w20 = {j.job_id for j in build_workload(trace, 0.2, 7) if j.malleable}
     w40 = {j.job_id for j in build_workload(trace, 0.4, 7) if j.malleable}
     assert len(w20) == round(0.2 * len(trace.jobs))
@@ -166,10 +166,10 @@ def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int) -> None:
 
 
 @pytest.mark.parametrize(("trace_name", "policy", "fraction"), [
-    ("hpc2n-2002-subset.swf", "easy", 0.0),
-    ("hpc2n-2002-subset.swf", "malleable", 1.0),
-    ("hpc2n-2002-subset.swf", "malleable", 0.4),
-    ("theta-2023.swf", "easy", 0.0),
+    ("hpc2n-2002-subset.swf.gz", "easy", 0.0),
+    ("hpc2n-2002-subset.swf.gz", "malleable", 1.0),
+    ("hpc2n-2002-subset.swf.gz", "malleable", 0.4),
+    ("theta-2023.swf.gz", "easy", 0.0),
 ])
 def test_real_traces_conserve_jobs_time_and_capacity(trace_name: str, policy: str, fraction: float) -> None:
     trace = read_swf(TRACES / trace_name)
@@ -195,7 +195,7 @@ def test_windowed_summary_excludes_warm_up_and_drain_down() -> None:
 
 def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf"), "--policy", "easy",
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf.gz"), "--policy", "easy",
                         "--policy", "malleable", "--malleable", "0,100", "--seeds", "2", "--out", str(out),
                         "--workers", "2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -217,6 +217,6 @@ def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
 def test_sim_command_rejects_bad_arguments_clearly(tmp_path: Path) -> None:
     r = subprocess.run([str(BIN / "elasticd"), "sim", str(tmp_path / "missing.swf")], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf"), "--malleable", "0,150"],
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf.gz"), "--malleable", "0,150"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "within 0..100" in r.stderr

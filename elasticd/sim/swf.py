@@ -8,6 +8,7 @@ user knows what the simulation is (and is not) made of.
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -76,9 +77,13 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, stri
     strict: a malformed line is an error naming its line number instead of a counted drop.
     """
     try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror}") from None
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", errors="replace") as f:
+                text = f.read()
+        else:
+            text = path.read_text(errors="replace")
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     max_nodes = max_procs = None
     raw: list[tuple[int, list[float]]] = []
     dropped: Counter[str] = Counter()
@@ -150,4 +155,4 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, stri
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     t0 = jobs[0].submit
     jobs = [TraceJob(j.job_id, j.submit - t0, j.run, j.nodes, j.limit) for j in jobs]
-    return Trace(path.name, nodes, jobs, dropped, adjusted, bad)
+    return Trace(path.name.removesuffix(".gz"), nodes, jobs, dropped, adjusted, bad)
