@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
 
 from elasticd.cli.daemonctl import start_detached

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-
 from conftest import write_job
 
 

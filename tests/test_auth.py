@@ -14,12 +14,14 @@ import socket
 from pathlib import Path
 
 import pytest
-
+from conftest import RunningDaemon, wait_until, write_job
 from elastic_protocol.control import Cancel, Hello, Queue, Resize
 from elastic_protocol.framing import LineSocket
-from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES, PROTOCOL_VERSION
-
-from conftest import RunningDaemon, wait_until, write_job
+from elastic_protocol.version import (
+    MAX_APP_LINE_BYTES,
+    MAX_LINE_BYTES,
+    PROTOCOL_VERSION,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from core_support import submit
 from elastic_protocol.jobspec import JobSpec
 
 from elasticd.cluster import (
@@ -19,6 +20,16 @@ from elasticd.cluster import (
 )
 from elasticd.core.actions import Reclaim, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    HostsGone,
+    NodeDown,
+    NodeUp,
+    PassDue,
+    Registered,
+    ResizeRequested,
+)
 from elasticd.core.nodes import NodeTable
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
@@ -129,8 +140,8 @@ def _core(n: int = 4) -> Core:
 
 
 def _start(core: Core, spec: JobSpec) -> int:
-    job = core.submit(spec, 0.0)
-    core.schedule(0.0)
+    job = submit(core, spec, 0.0)
+    core.handle(PassDue(0.0))
     assert core.job(job.job_id).state is JobState.RUNNING
     return job.job_id
 
@@ -138,38 +149,38 @@ def _start(core: Core, spec: JobSpec) -> int:
 def test_rigid_job_on_a_failed_node_ends_as_node_fail() -> None:
     core = _core()
     jid = _start(core, JobSpec(name="r", command=["true"], nodes=2))
-    actions = core.node_down("node2", 1.0)
+    actions = core.handle(NodeDown(1.0, "node2"))
     assert actions == [Terminate(jid, ("node1", "node2"), JobState.NODE_FAIL)]
-    core.exited(jid, 2.0, 0, 15)
+    core.handle(Exited(2.0, jid, 0, 15))
     job = core.job(jid)
     assert job.state is JobState.NODE_FAIL and job.reason == "node node2 failed"
     assert "node_failed" in [e.event for e in job.events]
     assert core.nodes.free_hosts() == ["node1", "node3", "node4"]
-    core.node_up("node2", 3.0)
+    core.handle(NodeUp(3.0, "node2"))
     assert core.nodes.free_count == 4
 
 
 def test_registered_malleable_job_goes_on_without_the_node() -> None:
     core = _core()
     jid = _start(core, JobSpec(name="m", command=["true"], nodes={"min": 1, "max": 4}, kind="malleable"))
-    core.set_registered(jid, True, 0.5)
-    assert core.node_down("node3", 1.0) == [Reclaim(jid, ("node3",), 0.0)]
-    core.hosts_gone(jid, ["node3"], 1.1)
+    core.handle(Registered(0.5, jid))
+    assert core.handle(NodeDown(1.0, "node3")) == [Reclaim(jid, ("node3",), 0.0)]
+    core.handle(HostsGone(1.1, jid, tuple(["node3"])))
     job = core.job(jid)
     assert job.state is JobState.RUNNING and job.hosts == ["node1", "node2", "node4"]
     assert core.nodes.free_count == 0 and core.nodes.state_of("node3").value == "down"
     # Its first host runs the leader: losing it ends the job.
-    assert core.node_down("node1", 2.0)[0] == Terminate(jid, ("node1", "node2", "node4"), JobState.NODE_FAIL)
+    assert core.handle(NodeDown(2.0, "node1"))[0] == Terminate(jid, ("node1", "node2", "node4"), JobState.NODE_FAIL)
 
 
 def test_malleable_job_at_its_minimum_or_unregistered_fails() -> None:
     core = _core(2)
     jid = _start(core, JobSpec(name="m", command=["true"], nodes={"min": 2, "max": 2}, kind="malleable"))
-    core.set_registered(jid, True, 0.5)
-    assert isinstance(core.node_down("node2", 1.0)[0], Terminate)
+    core.handle(Registered(0.5, jid))
+    assert isinstance(core.handle(NodeDown(1.0, "node2"))[0], Terminate)
     core2 = _core(2)
     _start(core2, JobSpec(name="m", command=["true"], nodes={"min": 1, "max": 2}, kind="malleable"))
-    assert isinstance(core2.node_down("node2", 1.0)[0], Terminate)  # never registered
+    assert isinstance(core2.handle(NodeDown(1.0, "node2"))[0], Terminate)  # never registered
 
 
 def test_failed_node_of_an_open_grow_drops_the_order() -> None:
@@ -177,13 +188,13 @@ def test_failed_node_of_an_open_grow_drops_the_order() -> None:
     rigid = _start(core, JobSpec(name="r", command=["true"], nodes=2))
     jid = _start(core, JobSpec(name="m", command=["true"], nodes={"min": 1, "max": 3}, kind="malleable"))
     assert core.job(jid).hosts == ["node3"]
-    core.set_registered(jid, True, 0.5)
-    core.cancel(rigid, 0.6)
-    core.exited(rigid, 0.7, 0, 15)
-    core.resize(jid, 3, 1.0)
+    core.handle(Registered(0.5, jid))
+    core.handle(CancelRequested(0.6, rigid))
+    core.handle(Exited(0.7, rigid, 0, 15))
+    core.handle(ResizeRequested(1.0, jid, 3))
     assert core.job(jid).order.new_hosts == ("node1", "node2")
-    assert core.node_down("node2", 1.5) == [Reclaim(jid, ("node1", "node2"), 0.0)]
-    core.hosts_gone(jid, ["node1", "node2"], 1.6)
+    assert core.handle(NodeDown(1.5, "node2")) == [Reclaim(jid, ("node1", "node2"), 0.0)]
+    core.handle(HostsGone(1.6, jid, tuple(["node1", "node2"])))
     job = core.job(jid)
     assert job.hosts == ["node3"] and job.order is None and job.state is JobState.RUNNING
     assert core.nodes.free_hosts() == ["node1"]
@@ -191,9 +202,9 @@ def test_failed_node_of_an_open_grow_drops_the_order() -> None:
 
 def test_idle_node_down_and_up_changes_only_the_free_pool() -> None:
     core = _core(2)
-    assert core.node_down("node1", 0.0) == []
-    assert core.node_down("node1", 0.0) == []
-    job = core.submit(JobSpec(name="w", command=["true"], nodes=2), 0.0)
-    assert core.schedule(0.0) == [] and core.job(job.job_id).state is JobState.PENDING
-    core.node_up("node1", 1.0)
-    assert len(core.schedule(1.0)) == 1
+    assert core.handle(NodeDown(0.0, "node1")) == []
+    assert core.handle(NodeDown(0.0, "node1")) == []
+    job = submit(core, JobSpec(name="w", command=["true"], nodes=2), 0.0)
+    assert core.handle(PassDue(0.0)) == [] and core.job(job.job_id).state is JobState.PENDING
+    core.handle(NodeUp(1.0, "node1"))
+    assert len(core.handle(PassDue(1.0))) == 1

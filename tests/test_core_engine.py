@@ -9,15 +9,28 @@ from __future__ import annotations
 import math
 
 import pytest
-
+from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
 
-from elasticd.core.actions import Launch, Terminate
+from elasticd.core.actions import ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    Launched,
+    LaunchFailed,
+    LimitReached,
+    PassDue,
+    Registered,
+    ResizeRequested,
+    StopRequested,
+    Submitted,
+)
 from elasticd.core.nodes import NodeState
 from elasticd.core.states import JobState
-from elasticd.errors import InvalidTransition, JobRejected, UnknownJob
+from elasticd.errors import InvalidTransition, JobRejected, PolicyError, UnknownJob
 from elasticd.policies import make_policy
+from elasticd.policies.base import Decision, Grow, Shrink, Snapshot, Start
 
 NODES = ["n1", "n2", "n3", "n4"]
 
@@ -42,8 +55,8 @@ def owned_by(core: Core, job_id: int) -> list[str]:
 
 def start_one(core: Core, name: str, nodes: int, now: float, limit: int | str | None = None) -> int:
     """Submit a job and start it at once (the caller makes sure it fits)."""
-    jid = core.submit(spec(name, nodes, limit), now).job_id
-    actions = core.schedule(now)
+    jid = submit(core, spec(name, nodes, limit), now).job_id
+    actions = core.handle(PassDue(now))
     assert [a.job_id for a in actions if isinstance(a, Launch)] == [jid]
     return jid
 
@@ -53,8 +66,8 @@ def start_one(core: Core, name: str, nodes: int, now: float, limit: int | str | 
 
 def test_submit_numbers_jobs_from_first_job_id_and_queues_them_pending() -> None:
     core = make_core(first_job_id=100)
-    a = core.submit(spec("a", 1), 5.0)
-    b = core.submit(spec("b", 2), 6.0)
+    a = submit(core, spec("a", 1), 5.0)
+    b = submit(core, spec("b", 2), 6.0)
     assert (a.job_id, b.job_id) == (100, 101)
     assert core.pending_ids == [100, 101]
     assert core.active_ids == []
@@ -66,26 +79,26 @@ def test_submit_numbers_jobs_from_first_job_id_and_queues_them_pending() -> None
 def test_job_wider_than_the_cluster_is_rejected_at_submit_naming_nodes() -> None:
     core = make_core()
     with pytest.raises(JobRejected) as exc:
-        core.submit(spec("wide", 5), 0.0)
+        submit(core, spec("wide", 5), 0.0)
     assert exc.value.problems == ["nodes: 5 nodes requested but the cluster has 4"]
     assert exc.value.code == "job_rejected"
     # Nothing was recorded and no job id was used up.
     assert core.jobs == {} and core.pending_ids == []
-    assert core.submit(spec("ok", 4), 0.0).job_id == 1
+    assert submit(core, spec("ok", 4), 0.0).job_id == 1
 
 
 def test_moldable_job_whose_minimum_exceeds_the_cluster_is_rejected_naming_nodes_min() -> None:
     core = make_core()
     with pytest.raises(JobRejected) as exc:
-        core.submit(spec("wide", {"min": 6, "max": 8}), 0.0)
+        submit(core, spec("wide", {"min": 6, "max": 8}), 0.0)
     assert exc.value.problems == ["nodes.min: 6 nodes requested but the cluster has 4"]
 
 
 def test_moldable_job_whose_maximum_exceeds_the_cluster_is_accepted() -> None:
     """Only the minimum must fit: the job can always start on fewer nodes."""
     core = make_core()
-    job = core.submit(spec("m", {"min": 2, "max": 64}), 0.0)
-    assert core.schedule(0.0) == [Launch(job.job_id, ("n1", "n2", "n3", "n4"))]
+    job = submit(core, spec("m", {"min": 2, "max": 64}), 0.0)
+    assert core.handle(PassDue(0.0)) == [Launch(job.job_id, ("n1", "n2", "n3", "n4"))]
 
 
 def test_duplicate_node_names_are_refused() -> None:
@@ -97,15 +110,15 @@ def test_duplicate_node_names_are_refused() -> None:
 
 
 def test_schedule_with_an_empty_queue_returns_no_actions() -> None:
-    assert make_core().schedule(0.0) == []
+    assert make_core().handle(PassDue(0.0)) == []
 
 
 def test_started_job_runs_on_the_lowest_named_free_nodes() -> None:
     core = make_core()
-    a = core.submit(spec("a", 1), 0.0)
-    core.schedule(0.0)
-    b = core.submit(spec("b", 2), 3.0)
-    assert core.schedule(7.0) == [Launch(b.job_id, ("n2", "n3"))]
+    a = submit(core, spec("a", 1), 0.0)
+    core.handle(PassDue(0.0))
+    b = submit(core, spec("b", 2), 3.0)
+    assert core.handle(PassDue(7.0)) == [Launch(b.job_id, ("n2", "n3"))]
     assert b.state is JobState.RUNNING
     assert b.start_time == 7.0
     assert b.hosts == ["n2", "n3"] and b.size == 2
@@ -121,18 +134,18 @@ def test_freed_nodes_are_reused_lowest_name_first() -> None:
     core = make_core()
     a = start_one(core, "a", 2, 0.0)
     start_one(core, "b", 2, 0.0)
-    core.exited(a, 10.0, 0, 0)
-    c = core.submit(spec("c", 1), 10.0)
-    assert core.schedule(10.0) == [Launch(c.job_id, ("n1",))]
+    core.handle(Exited(10.0, a, 0, 0))
+    c = submit(core, spec("c", 1), 10.0)
+    assert core.handle(PassDue(10.0)) == [Launch(c.job_id, ("n1",))]
 
 
 def test_snapshot_shows_the_queue_in_order_and_running_jobs_with_their_estimated_end() -> None:
     core = make_core()
     a = start_one(core, "a", 3, 10.0, limit=10)
     u = start_one(core, "u", 1, 10.0)
-    b = core.submit(spec("b", {"min": 2, "max": 3, "preferred": 2}, limit="0:30"), 11.0)
-    c = core.submit(spec("c", 1), 12.0)
-    core.cancel(u, 15.0)
+    b = submit(core, spec("b", {"min": 2, "max": 3, "preferred": 2}, limit="0:30"), 11.0)
+    c = submit(core, spec("c", 1), 12.0)
+    core.handle(CancelRequested(15.0, u))
     snap = core.snapshot(20.0)
     assert (snap.now, snap.total_nodes, snap.free_nodes) == (20.0, 4, 0)
     assert [p.job_id for p in snap.pending] == [b.job_id, c.job_id]
@@ -152,22 +165,22 @@ def test_snapshot_shows_the_queue_in_order_and_running_jobs_with_their_estimated
 def test_clean_exit_completes_the_job_and_frees_its_nodes() -> None:
     core = make_core()
     jid = start_one(core, "a", 4, 0.0)
-    waiting = core.submit(spec("b", 2), 1.0)
-    assert core.schedule(1.0) == []
-    core.exited(jid, 50.0, 0, 0)
+    waiting = submit(core, spec("b", 2), 1.0)
+    assert core.handle(PassDue(1.0)) == []
+    core.handle(Exited(50.0, jid, 0, 0))
     job = core.job(jid)
     assert job.state is JobState.COMPLETED
     assert job.end_time == 50.0
     assert job.exit_text == "0:0"
     assert job.hosts == [] and owned_by(core, jid) == []
     assert core.nodes.free_count == 4 and core.active_ids == []
-    assert core.schedule(50.0) == [Launch(waiting.job_id, ("n1", "n2"))]
+    assert core.handle(PassDue(50.0)) == [Launch(waiting.job_id, ("n1", "n2"))]
 
 
 def test_nonzero_exit_code_fails_the_job_with_exit_text_3_0() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 5.0, 3, None)
+    core.handle(Exited(5.0, jid, 3, None))
     job = core.job(jid)
     assert job.state is JobState.FAILED
     assert job.exit_text == "3:0"
@@ -177,7 +190,7 @@ def test_nonzero_exit_code_fails_the_job_with_exit_text_3_0() -> None:
 def test_death_by_signal_fails_the_job_with_exit_text_0_9() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 5.0, None, 9)
+    core.handle(Exited(5.0, jid, None, 9))
     job = core.job(jid)
     assert job.state is JobState.FAILED
     assert job.exit_text == "0:9"
@@ -186,7 +199,7 @@ def test_death_by_signal_fails_the_job_with_exit_text_0_9() -> None:
 def test_exit_with_zero_code_but_a_signal_is_a_failure() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 5.0, 0, 15)
+    core.handle(Exited(5.0, jid, 0, 15))
     assert core.job(jid).state is JobState.FAILED
     assert core.job(jid).exit_text == "0:15"
 
@@ -195,23 +208,23 @@ def test_exit_with_unknown_status_is_a_failure_without_exit_text() -> None:
     """A status the driver could not learn is not evidence of success."""
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 5.0, None, None)
+    core.handle(Exited(5.0, jid, None, None))
     assert core.job(jid).state is JobState.FAILED
     assert core.job(jid).exit_text is None
 
 
 def test_exit_of_a_job_that_holds_no_nodes_is_an_invalid_transition() -> None:
     core = make_core()
-    pending = core.submit(spec("big", 4), 0.0).job_id
+    pending = submit(core, spec("big", 4), 0.0).job_id
     with pytest.raises(InvalidTransition):
-        core.exited(pending, 1.0, 0, 0)  # never started
+        core.handle(Exited(1.0, pending, 0, 0))  # never started
     assert core.job(pending).state is JobState.PENDING
 
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 2.0, 0, 0)
+    core.handle(Exited(2.0, jid, 0, 0))
     with pytest.raises(InvalidTransition):
-        core.exited(jid, 3.0, 1, 0)  # reported twice
+        core.handle(Exited(3.0, jid, 1, 0))  # reported twice
     assert core.job(jid).state is JobState.COMPLETED and core.job(jid).end_time == 2.0
 
 
@@ -219,10 +232,10 @@ def test_unknown_job_ids_raise_unknown_job() -> None:
     core = make_core()
     for call in (
         lambda: core.job(7),
-        lambda: core.cancel(7, 0.0),
-        lambda: core.time_limit_reached(7, 0.0),
-        lambda: core.exited(7, 0.0, 0, 0),
-        lambda: core.launch_failed(7, 0.0, "x"),
+        lambda: core.handle(CancelRequested(0.0, 7)),
+        lambda: core.handle(LimitReached(0.0, 7)),
+        lambda: core.handle(Exited(0.0, 7, 0, 0)),
+        lambda: core.handle(LaunchFailed(0.0, 7, "x")),
     ):
         with pytest.raises(UnknownJob):
             call()
@@ -234,32 +247,32 @@ def test_unknown_job_ids_raise_unknown_job() -> None:
 def test_cancel_of_a_pending_job_ends_it_at_once_without_any_action() -> None:
     core = make_core()
     blocker = start_one(core, "a", 4, 0.0)
-    jid = core.submit(spec("b", 1), 1.0).job_id
-    assert core.cancel(jid, 5.0) == []
+    jid = submit(core, spec("b", 1), 1.0).job_id
+    assert core.handle(CancelRequested(5.0, jid)) == []
     job = core.job(jid)
     assert job.state is JobState.CANCELLED
     assert job.end_time == 5.0 and job.start_time is None
     assert job.reason == "cancelled by user"
     assert job.node_seconds == 0.0 and job.exit_text is None
     assert core.pending_ids == []
-    core.exited(blocker, 10.0, 0, 0)
-    assert core.schedule(10.0) == []  # the cancelled job never starts
+    core.handle(Exited(10.0, blocker, 0, 0))
+    assert core.handle(PassDue(10.0)) == []  # the cancelled job never starts
 
 
 def test_cancel_of_a_running_job_asks_to_terminate_and_keeps_its_nodes_until_exit() -> None:
     core = make_core()
     jid = start_one(core, "a", 2, 0.0)
-    waiting = core.submit(spec("b", 4), 1.0).job_id
-    assert core.cancel(jid, 10.0) == [Terminate(jid, ("n1", "n2"), JobState.CANCELLED)]
+    waiting = submit(core, spec("b", 4), 1.0).job_id
+    assert core.handle(CancelRequested(10.0, jid)) == [Terminate(jid, ("n1", "n2"), JobState.CANCELLED)]
     job = core.job(jid)
     # Nodes come back only once the driver reports the processes gone.
     assert job.state is JobState.RUNNING and job.ending_as is JobState.CANCELLED
     assert owned_by(core, jid) == ["n1", "n2"]
-    assert core.schedule(11.0) == []
-    core.exited(jid, 12.0, None, 15)
+    assert core.handle(PassDue(11.0)) == []
+    core.handle(Exited(12.0, jid, None, 15))
     assert job.state is JobState.CANCELLED and job.end_time == 12.0
     assert job.reason == "cancelled by user"
-    assert core.schedule(12.0) == [Launch(waiting, ("n1", "n2", "n3", "n4"))]
+    assert core.handle(PassDue(12.0)) == [Launch(waiting, ("n1", "n2", "n3", "n4"))]
 
 
 @pytest.mark.parametrize(
@@ -270,8 +283,8 @@ def test_cancelled_running_job_ends_cancelled_whatever_its_exit_status(
 ) -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.cancel(jid, 10.0)
-    core.exited(jid, 11.0, code, sig)
+    core.handle(CancelRequested(10.0, jid))
+    core.handle(Exited(11.0, jid, code, sig))
     job = core.job(jid)
     assert job.state is JobState.CANCELLED
     assert (job.exit_code, job.exit_signal) == (code, sig)
@@ -280,15 +293,15 @@ def test_cancelled_running_job_ends_cancelled_whatever_its_exit_status(
 def test_cancelling_a_job_already_being_ended_issues_no_second_terminate() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    assert len(core.cancel(jid, 1.0)) == 1
-    assert core.cancel(jid, 2.0) == []
+    assert len(core.handle(CancelRequested(1.0, jid))) == 1
+    assert core.handle(CancelRequested(2.0, jid)) == []
 
 
 def test_cancelling_a_finished_job_changes_nothing() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.exited(jid, 5.0, 0, 0)
-    assert core.cancel(jid, 6.0) == []
+    core.handle(Exited(5.0, jid, 0, 0))
+    assert core.handle(CancelRequested(6.0, jid)) == []
     assert core.job(jid).state is JobState.COMPLETED and core.job(jid).end_time == 5.0
 
 
@@ -298,9 +311,9 @@ def test_cancelling_a_finished_job_changes_nothing() -> None:
 def test_time_limit_reached_terminates_then_ends_as_timeout() -> None:
     core = make_core()
     jid = start_one(core, "a", 3, 0.0, limit=10)
-    assert core.time_limit_reached(jid, 600.0) == [Terminate(jid, ("n1", "n2", "n3"), JobState.TIMEOUT)]
+    assert core.handle(LimitReached(600.0, jid)) == [Terminate(jid, ("n1", "n2", "n3"), JobState.TIMEOUT)]
     assert core.job(jid).state is JobState.RUNNING  # until the processes are gone
-    core.exited(jid, 601.0, None, 9)
+    core.handle(Exited(601.0, jid, None, 9))
     job = core.job(jid)
     assert job.state is JobState.TIMEOUT
     assert job.reason == "time limit reached"
@@ -311,28 +324,28 @@ def test_time_limit_reached_terminates_then_ends_as_timeout() -> None:
 def test_timed_out_job_ends_as_timeout_even_if_it_exits_cleanly() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0, limit=1)
-    core.time_limit_reached(jid, 60.0)
-    core.exited(jid, 60.5, 0, 0)
+    core.handle(LimitReached(60.0, jid))
+    core.handle(Exited(60.5, jid, 0, 0))
     assert core.job(jid).state is JobState.TIMEOUT
 
 
 def test_time_limit_of_a_pending_or_finished_job_does_nothing() -> None:
     core = make_core()
     done = start_one(core, "a", 4, 0.0, limit=1)
-    pending = core.submit(spec("b", 1, limit=1), 0.0).job_id
-    assert core.time_limit_reached(pending, 60.0) == []
+    pending = submit(core, spec("b", 1, limit=1), 0.0).job_id
+    assert core.handle(LimitReached(60.0, pending)) == []
     assert core.job(pending).state is JobState.PENDING
-    core.exited(done, 30.0, 0, 0)
-    assert core.time_limit_reached(done, 60.0) == []
+    core.handle(Exited(30.0, done, 0, 0))
+    assert core.handle(LimitReached(60.0, done)) == []
     assert core.job(done).state is JobState.COMPLETED
 
 
 def test_first_end_reason_stands_when_a_time_limit_follows_a_cancel() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0, limit=1)
-    assert len(core.cancel(jid, 50.0)) == 1
-    assert core.time_limit_reached(jid, 60.0) == []
-    core.exited(jid, 61.0, None, 9)
+    assert len(core.handle(CancelRequested(50.0, jid))) == 1
+    assert core.handle(LimitReached(60.0, jid)) == []
+    core.handle(Exited(61.0, jid, None, 9))
     assert core.job(jid).state is JobState.CANCELLED
     assert core.job(jid).reason == "cancelled by user"
 
@@ -340,9 +353,9 @@ def test_first_end_reason_stands_when_a_time_limit_follows_a_cancel() -> None:
 def test_first_end_reason_stands_when_a_cancel_follows_a_time_limit() -> None:
     core = make_core()
     jid = start_one(core, "a", 1, 0.0, limit=1)
-    assert len(core.time_limit_reached(jid, 60.0)) == 1
-    assert core.cancel(jid, 61.0) == []
-    core.exited(jid, 62.0, None, 9)
+    assert len(core.handle(LimitReached(60.0, jid))) == 1
+    assert core.handle(CancelRequested(61.0, jid)) == []
+    core.handle(Exited(62.0, jid, None, 9))
     assert core.job(jid).state is JobState.TIMEOUT
     assert core.job(jid).reason == "time limit reached"
 
@@ -353,15 +366,15 @@ def test_first_end_reason_stands_when_a_cancel_follows_a_time_limit() -> None:
 def test_launch_failure_fails_the_job_and_frees_its_nodes_for_the_next_one() -> None:
     core = make_core()
     jid = start_one(core, "a", 3, 0.0)
-    waiting = core.submit(spec("b", 4), 0.0).job_id
-    core.launch_failed(jid, 0.5, "no route to n2")
+    waiting = submit(core, spec("b", 4), 0.0).job_id
+    core.handle(LaunchFailed(0.5, jid, "no route to n2"))
     job = core.job(jid)
     assert job.state is JobState.FAILED
     assert job.reason == "launch failed: no route to n2"
     assert job.end_time == 0.5 and job.exit_text is None
     assert job.hosts == [] and owned_by(core, jid) == []
     assert core.active_ids == [] and core.nodes.free_count == 4
-    assert core.schedule(0.5) == [Launch(waiting, ("n1", "n2", "n3", "n4"))]
+    assert core.handle(PassDue(0.5)) == [Launch(waiting, ("n1", "n2", "n3", "n4"))]
 
 
 def test_launch_failure_reported_for_a_pending_job_leaves_it_queued() -> None:
@@ -373,14 +386,14 @@ def test_launch_failure_reported_for_a_pending_job_leaves_it_queued() -> None:
     the report would both be fine; this test accepts either.
     """
     core = make_core()
-    pending = core.submit(spec("a", 1), 0.0).job_id
+    pending = submit(core, spec("a", 1), 0.0).job_id
     try:
-        core.launch_failed(pending, 1.0, "late report")
+        core.handle(LaunchFailed(1.0, pending, "late report"))
     except InvalidTransition:
         pass
     assert core.job(pending).state is JobState.PENDING
     assert core.pending_ids == [pending]
-    assert core.schedule(2.0) == [Launch(pending, ("n1",))]
+    assert core.handle(PassDue(2.0)) == [Launch(pending, ("n1",))]
 
 
 def test_launch_failure_reported_for_a_finished_job_keeps_its_final_state() -> None:
@@ -391,10 +404,10 @@ def test_launch_failure_reported_for_a_finished_job_keeps_its_final_state() -> N
     """
     core = make_core()
     jid = start_one(core, "a", 1, 0.0)
-    core.cancel(jid, 3.0)
-    core.exited(jid, 4.0, None, 15)
+    core.handle(CancelRequested(3.0, jid))
+    core.handle(Exited(4.0, jid, None, 15))
     try:
-        core.launch_failed(jid, 5.0, "late report")
+        core.handle(LaunchFailed(5.0, jid, "late report"))
     except InvalidTransition:
         pass
     job = core.job(jid)
@@ -408,10 +421,10 @@ def test_stop_all_cancels_the_queue_and_terminates_every_running_job_once() -> N
     core = make_core()
     a = start_one(core, "a", 2, 0.0)
     b = start_one(core, "b", 2, 0.0, limit=1)
-    c = core.submit(spec("c", 3), 1.0).job_id
-    d = core.submit(spec("d", 1), 2.0).job_id
-    assert len(core.time_limit_reached(b, 60.0)) == 1  # already being ended
-    actions = core.stop_all(70.0)
+    c = submit(core, spec("c", 3), 1.0).job_id
+    d = submit(core, spec("d", 1), 2.0).job_id
+    assert len(core.handle(LimitReached(60.0, b))) == 1  # already being ended
+    actions = core.handle(StopRequested(70.0))
     assert actions == [Terminate(a, ("n1", "n2"), JobState.CANCELLED)]
     for jid in (c, d):
         assert core.job(jid).state is JobState.CANCELLED
@@ -419,15 +432,15 @@ def test_stop_all_cancels_the_queue_and_terminates_every_running_job_once() -> N
         assert core.job(jid).end_time == 70.0
     assert core.pending_ids == []
     assert core.job(a).reason == "daemon stopped"
-    core.exited(a, 71.0, None, 15)
-    core.exited(b, 72.0, None, 9)
+    core.handle(Exited(71.0, a, None, 15))
+    core.handle(Exited(72.0, b, None, 9))
     assert core.job(a).state is JobState.CANCELLED
     assert core.job(b).state is JobState.TIMEOUT  # its first end reason stands
     assert core.active_ids == [] and core.nodes.free_count == 4
 
 
 def test_stop_all_with_nothing_to_do_returns_no_actions() -> None:
-    assert make_core().stop_all(0.0) == []
+    assert make_core().handle(StopRequested(0.0)) == []
 
 
 # ---- accounting ----------------------------------------------------------------------
@@ -435,12 +448,12 @@ def test_stop_all_with_nothing_to_do_returns_no_actions() -> None:
 
 def test_node_seconds_equal_size_times_run_duration() -> None:
     core = make_core()
-    jid = core.submit(spec("a", 3), 0.0).job_id
-    core.schedule(10.0)
+    jid = submit(core, spec("a", 3), 0.0).job_id
+    core.handle(PassDue(10.0))
     job = core.job(jid)
     assert job.node_seconds_at(60.0) == 3 * 50.0  # open segment counted while running
     assert job.time_used(60.0) == 50.0
-    core.exited(jid, 110.0, 0, 0)
+    core.handle(Exited(110.0, jid, 0, 0))
     assert job.node_seconds == 3 * 100.0
     assert job.node_seconds_at(500.0) == 300.0  # closed: no longer grows
     assert job.time_used(500.0) == 100.0
@@ -450,24 +463,24 @@ def test_node_seconds_of_a_cancelled_job_run_until_its_processes_are_gone() -> N
     """Nodes are held until `exited`, so they are charged until then, not until the cancel."""
     core = make_core()
     jid = start_one(core, "a", 2, 0.0)
-    core.cancel(jid, 40.0)
-    core.exited(jid, 55.0, None, 15)
+    core.handle(CancelRequested(40.0, jid))
+    core.handle(Exited(55.0, jid, None, 15))
     assert core.job(jid).node_seconds == 2 * 55.0
 
 
 def test_node_seconds_of_a_failed_launch_cover_only_the_launch_attempt() -> None:
     core = make_core()
     jid = start_one(core, "a", 4, 10.0)
-    core.launch_failed(jid, 12.0, "boom")
+    core.handle(LaunchFailed(12.0, jid, "boom"))
     assert core.job(jid).node_seconds == 4 * 2.0
 
 
 def test_job_history_records_each_step_with_its_nodes() -> None:
     core = make_core()
-    jid = core.submit(spec("a", 2, limit=1), 0.0).job_id
-    core.schedule(1.0)
-    core.time_limit_reached(jid, 61.0)
-    core.exited(jid, 62.0, None, 9)
+    jid = submit(core, spec("a", 2, limit=1), 0.0).job_id
+    core.handle(PassDue(1.0))
+    core.handle(LimitReached(61.0, jid))
+    core.handle(Exited(62.0, jid, None, 9))
     events = [(e.time, e.event, e.nodes, e.detail) for e in core.job(jid).events]
     assert events == [
         (0.0, "submitted", 0, None),
@@ -482,3 +495,98 @@ def test_make_policy_ignores_case_and_names_known_policies_when_unknown() -> Non
     assert make_policy("Fcfs").name == "fcfs"
     with pytest.raises(ValueError, match="known policies: easy, fcfs"):
         make_policy("sjf")
+
+
+# ---- the event contract --------------------------------------------------------------
+
+
+class _ScriptedPolicy:
+    """Returns the decisions it is given, whatever the snapshot: a policy with a bug."""
+
+    name = "scripted"
+
+    def __init__(self, decisions: list[Decision]) -> None:
+        self.decisions = decisions
+
+    def decide(self, snap: Snapshot) -> list[Decision]:
+        return list(self.decisions)
+
+
+@pytest.mark.parametrize("bad", [Start(99, 1), Start(1, 1), Start(2, 3), Shrink(1, 1), Grow(2, 1)])
+def test_a_pass_with_one_invalid_decision_applies_none_of_them(bad: Decision) -> None:
+    """A pass is a transaction: the valid first start is not applied when a later decision
+    fails (unknown job, a job started twice, more nodes than are free, a resize of a job
+    that cannot take one)."""
+    policy = _ScriptedPolicy([Start(1, 2), bad])
+    core = Core(NODES, policy)
+    a = submit(core, spec("a", 2), 0.0)
+    b = submit(core, spec("b", 2), 0.0)
+    changed_before = {j.job_id for j in core.take_changed()}
+    assert changed_before == {a.job_id, b.job_id}
+    with pytest.raises(PolicyError):
+        core.handle(PassDue(1.0))
+    assert a.state is JobState.PENDING and b.state is JobState.PENDING
+    assert core.nodes.free_count == 4 and core.pending_ids == [1, 2] and core.active_ids == []
+    assert [e.event for e in a.events] == ["submitted"]
+    assert core.take_changed() == []
+    policy.decisions = [Start(1, 2), Start(2, 2)]
+    assert [x for x in core.handle(PassDue(2.0)) if isinstance(x, Launch)] == [
+        Launch(1, ("n1", "n2")), Launch(2, ("n3", "n4"))]
+
+
+def test_reading_a_job_does_not_mark_it_changed() -> None:
+    core = make_core()
+    jid = submit(core, spec("a", 1), 0.0).job_id
+    core.take_changed()
+    core.job(jid)
+    assert core.take_changed() == []
+    core.handle(CancelRequested(1.0, jid))
+    assert [j.job_id for j in core.take_changed()] == [jid]
+
+
+def test_the_core_arms_the_time_limit_at_start_plus_limit() -> None:
+    core = make_core()
+    jid = submit(core, spec("a", 1, limit="2:00"), 0.0).job_id
+    assert core.handle(PassDue(5.0)) == [Launch(jid, ("n1",)), ArmLimit(jid, 125.0)]
+    nolimit = submit(core, spec("b", 1), 6.0).job_id
+    assert core.handle(PassDue(6.0)) == [Launch(nolimit, ("n2",))]
+
+
+def test_an_event_the_core_does_not_know_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="not a core event"):
+        make_core().handle("submit")  # type: ignore[arg-type]
+
+
+def test_submitted_must_carry_the_next_id_or_a_later_one() -> None:
+    core = make_core()
+    with pytest.raises(InvalidTransition):
+        core.handle(Submitted(0.0, 0, spec("a", 1)))
+    core.handle(Submitted(0.0, 7, spec("a", 1)))
+    assert core.next_job_id == 8
+    with pytest.raises(InvalidTransition):
+        core.handle(Submitted(0.0, 7, spec("b", 1)))
+
+
+def test_restore_never_reuses_an_id_and_arms_running_jobs_limits_again() -> None:
+    old = make_core()
+    a = start_one(old, "a", 2, 10.0, limit="1:00")
+    b = submit(old, spec("b", 1), 11.0).job_id
+    saved = [old.job(a), old.job(b)]
+    new = make_core()
+    actions = new.restore(saved, next_order=1, now=20.0, next_job_id=40)
+    assert actions == [ArmLimit(a, 70.0)]
+    assert new.next_job_id == 40 and new.pending_ids == [b] and new.active_ids == [a]
+    assert new.job(a).events[-1].event == "recovered" and new.job(a).events[-1].cause == "daemon"
+
+
+def test_every_history_entry_names_who_decided_it() -> None:
+    core = make_core("malleable")
+    jid = submit(core, spec("m", {"min": 1, "max": 4}, kind=JobKind.MALLEABLE), 0.0).job_id
+    core.handle(PassDue(0.0))
+    core.handle(Launched(0.5, jid))
+    core.handle(Registered(1.0, jid))
+    core.handle(ResizeRequested(2.0, jid, 2))
+    causes = [(e.event, e.cause) for e in core.job(jid).events]
+    assert causes[:4] == [("submitted", "user"), ("started", "policy"), ("launched", "daemon"),
+                          ("registered", "app")]
+    assert causes[-1] == ("shrink_ordered", "user") or causes[-1] == ("grow_ordered", "user")

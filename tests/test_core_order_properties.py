@@ -17,17 +17,41 @@ import random
 from dataclasses import dataclass, field, replace
 
 import pytest
+from core_support import submit
+from elastic_protocol.jobspec import JobKind, JobSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_core_properties import check_invariants
 
-from elastic_protocol.jobspec import JobKind, JobSpec
-
-from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.actions import (
+    Action,
+    Launch,
+    LaunchJoining,
+    Reclaim,
+    SendOrder,
+    Terminate,
+)
 from elasticd.core.engine import RESIZABLE, Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    HostsReleased,
+    NodesRequested,
+    OrderDeadline,
+    OrderDeferred,
+    OrderRefused,
+    OrderUndeliverable,
+    PassDue,
+    Registered,
+    ResizeRequested,
+    ShrinkAnswered,
+    Unregistered,
+)
 from elasticd.core.states import JobState
 from elasticd.errors import OrderRejected, ResizeRejected
 from elasticd.policies import make_policy
-from test_core_properties import check_invariants
 
 MAX_NODES = 8
 ORDER_DEADLINE = 10
@@ -242,7 +266,7 @@ class OrderSim:
     def schedule(self, t: float) -> None:
         core = self.core
         free, promised = core.nodes.free_count, promised_back(core)
-        actions = core.schedule(t)
+        actions = core.handle(PassDue(t))
         if self.check_shrink_bound:
             started = sum(len(a.hosts) for a in actions if isinstance(a, Launch))
             shrunk = sum(a.count for a in actions if isinstance(a, SendOrder) and a.kind == "shrink")
@@ -322,7 +346,7 @@ class OrderSim:
     # ---- events ---------------------------------------------------------------------------
     def on_submit(self, t: float, i: int) -> None:
         plan = self.workload.jobs[i]
-        jid = self.core.submit(plan.spec(f"j{i}"), t).job_id
+        jid = submit(self.core, plan.spec(f"j{i}"), t).job_id
         self.plans[jid] = plan
         if plan.cancel_after is not None:
             self.push(t + plan.cancel_after, "cancel", jid)
@@ -331,7 +355,7 @@ class OrderSim:
         self._tick_at = None
 
     def on_cancel(self, t: float, jid: int) -> None:
-        self.execute(t, self.core.cancel(jid, t))
+        self.execute(t, self.core.handle(CancelRequested(t, jid)))
 
     def on_exit(self, t: float, jid: int) -> None:
         job = self.core.jobs[jid]
@@ -345,14 +369,14 @@ class OrderSim:
     def exited(self, t: float, jid: int, code: int | None, sig: int | None) -> None:
         core = self.core
         free_before, size = core.nodes.free_count, core.jobs[jid].size
-        core.exited(jid, t, code, sig)
+        core.handle(Exited(t, jid, code, sig))
         assert core.nodes.free_count == free_before + size
 
     def on_register(self, t: float, jid: int, registered: bool) -> None:
         job = self.core.jobs[jid]
         if not job.state.holds_nodes:
             return
-        self.core.set_registered(jid, registered, t)
+        self.core.handle(Registered(t, jid) if registered else Unregistered(t, jid))
         assert job.malleable_ready == (registered and not job.deregistered)
         plan = self.plans[jid]
         if registered and plan.deregister_after is not None and not job.deregistered:
@@ -360,7 +384,7 @@ class OrderSim:
 
     def on_deregister(self, t: float, jid: int) -> None:
         if self.core.jobs[jid].state.holds_nodes:
-            self.core.set_registered(jid, False, t, final=True)
+            self.core.handle(Unregistered(t, jid, final=True))
             assert not self.core.jobs[jid].malleable_ready
 
     def on_gone(self, t: float, jid: int, hosts: tuple[str, ...]) -> None:
@@ -368,12 +392,12 @@ class OrderSim:
         job = core.jobs[jid]
         if not job.state.holds_nodes:
             free = core.nodes.free_count
-            core.hosts_gone(jid, list(hosts), t)
+            core.handle(HostsGone(t, jid, tuple(list(hosts))))
             assert core.nodes.free_count == free, "a late report frees nothing"
             return
         mine = [h for h in hosts if h in job.leaving]
         size, free = job.size, core.nodes.free_count
-        core.hosts_gone(jid, list(hosts), t)
+        core.handle(HostsGone(t, jid, tuple(list(hosts))))
         assert job.size == size - len(mine) and core.nodes.free_count == free + len(mine)
         assert all(core.nodes.owner[h] is None for h in mine)
 
@@ -383,7 +407,7 @@ class OrderSim:
         kind = job.order.kind if was_open and job.order is not None else None
         keep = [h for h in job.hosts if h not in job.leaving]
         new_hosts = job.order.new_hosts if was_open and job.order is not None else ()
-        actions = self.core.order_deadline_passed(jid, order_id, t)
+        actions = self.core.handle(OrderDeadline(t, jid, order_id))
         if not was_open:
             assert actions == []
         elif kind == "shrink":
@@ -403,11 +427,11 @@ class OrderSim:
             before = (list(job.hosts), set(job.leaving), job.state, core.nodes.free_count)
             with pytest.raises(OrderRejected) as exc:
                 if answer != "shrunk_or_grown":
-                    core.refuse_order(jid, order_id, t, "late")
+                    core.handle(OrderRefused(t, jid, order_id, "late"))
                 elif self.order_kinds[order_id] == "shrink":
-                    core.answer_shrink(jid, order_id, list(job.hosts[:1]), t)
+                    core.handle(ShrinkAnswered(t, jid, order_id, tuple(list(job.hosts[:1]))))
                 else:
-                    core.answer_grow(jid, order_id, list(job.hosts), t)
+                    core.handle(GrowAnswered(t, jid, order_id, tuple(list(job.hosts))))
             assert exc.value.code == "unknown_order"
             assert (list(job.hosts), set(job.leaving), job.state, core.nodes.free_count) == before
             return
@@ -415,25 +439,25 @@ class OrderSim:
             if order.kind == "shrink":
                 self.try_bad_answer(t, jid, order_id, "shrink")
                 hosts = self.rnd.sample(sorted(set(job.hosts) - job.leaving), order.count)
-                actions = core.answer_shrink(jid, order_id, hosts, t)
+                actions = core.handle(ShrinkAnswered(t, jid, order_id, tuple(hosts)))
                 assert actions == [Reclaim(jid, tuple(hosts), 0.0)] and job.leaving == set(hosts)
             else:
                 self.try_bad_answer(t, jid, order_id, "grow")
                 hosts = list(job.hosts)
                 self.rnd.shuffle(hosts)
-                core.answer_grow(jid, order_id, hosts, t)
+                core.handle(GrowAnswered(t, jid, order_id, tuple(hosts)))
                 assert job.order is None and job.state is JobState.RUNNING and job.last_resize == t
                 actions = []
         elif answer == "refuse":
-            actions = core.refuse_order(jid, order_id, t, "no")
+            actions = core.handle(OrderRefused(t, jid, order_id, "no"))
         elif answer == "defer":
             seconds = self.rnd.randint(1, 20)
-            actions = core.refuse_order(jid, order_id, t, defer=float(seconds))
+            actions = core.handle(OrderDeferred(t, jid, order_id, float(seconds)))
             assert job.no_orders_until == t + seconds
         else:  # the application's connection is lost: the order cannot be delivered
             assert answer == "lost"
-            actions = core.order_undeliverable(jid, order_id, t)
-            core.set_registered(jid, False, t)
+            actions = core.handle(OrderUndeliverable(t, jid, order_id))
+            core.handle(Unregistered(t, jid))
             if self.rnd.random() < 0.5:
                 self.push(t + self.rnd.randint(1, 10), "register", jid, True)
         if answer in ("refuse", "defer", "lost"):
@@ -462,11 +486,11 @@ class OrderSim:
                 [own[0]] * count if count > 1 else [own[0], own[0]],
             ])
             with pytest.raises(OrderRejected) as exc:
-                core.answer_shrink(jid, order_id, bad, t)
+                core.handle(ShrinkAnswered(t, jid, order_id, tuple(bad)))
         else:
             bad = self.rnd.choice([list(job.hosts[:-1]), list(job.hosts) + [self.rnd.choice(others)]])
             with pytest.raises(OrderRejected) as exc:
-                core.answer_grow(jid, order_id, bad, t)
+                core.handle(GrowAnswered(t, jid, order_id, tuple(bad)))
         assert exc.value.code == "bad_hosts"
         assert (list(job.hosts), set(job.leaving), job.state, job.order.settled, core.nodes.free_count) == before
         self.rejections += 1
@@ -485,19 +509,19 @@ class OrderSim:
                 return
             count = self.rnd.randint(1, room + 1)
             if count <= room:
-                core.request_nodes(jid, count, t)
+                core.handle(NodesRequested(t, jid, count))
                 assert job.requested == count
             else:
                 with pytest.raises(OrderRejected):
-                    core.request_nodes(jid, count, t)
+                    core.handle(NodesRequested(t, jid, count))
             return
         hosts = self.rnd.sample(sorted(set(job.hosts) - job.leaving), self.rnd.randint(1, staying - lo))
         if job.order is not None:
             with pytest.raises(OrderRejected) as exc:
-                core.release_hosts(jid, hosts, t)
+                core.handle(HostsReleased(t, jid, tuple(hosts)))
             assert exc.value.code == "busy"
             return
-        actions = core.release_hosts(jid, hosts, t)
+        actions = core.handle(HostsReleased(t, jid, tuple(hosts)))
         assert actions == [Reclaim(jid, tuple(hosts), 0.0)]
         self.execute(t, actions)
 
@@ -515,10 +539,10 @@ class OrderSim:
         )
         if not ok:
             with pytest.raises(ResizeRejected):
-                core.resize(jid, nodes, t)
+                core.handle(ResizeRequested(t, jid, nodes))
             return
         size = job.size
-        actions = core.resize(jid, nodes, t)
+        actions = core.handle(ResizeRequested(t, jid, nodes))
         if nodes == size:
             assert actions == [] and job.order is None
         else:

@@ -12,11 +12,35 @@ from __future__ import annotations
 import copy
 
 import pytest
-
+from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
 
-from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.actions import (
+    Action,
+    Launch,
+    LaunchJoining,
+    Reclaim,
+    SendOrder,
+    Terminate,
+)
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    HostsReleased,
+    NodesRequested,
+    OrderDeadline,
+    OrderDeferred,
+    OrderRefused,
+    OrderUndeliverable,
+    PassDue,
+    Registered,
+    ResizeRequested,
+    ShrinkAnswered,
+    Unregistered,
+)
 from elasticd.core.job import Job
 from elasticd.core.states import JobState
 from elasticd.errors import OrderRejected, PolicyError, ResizeRejected
@@ -60,15 +84,15 @@ def cluster(nodes: list[str] = NODES) -> tuple[Core, Scripted]:
 
 def decide(core: Core, policy: Scripted, now: float, *decisions: Decision) -> list[Action]:
     policy.queued = list(decisions)
-    return core.schedule(now)
+    return core.handle(PassDue(now))
 
 
 def run(core: Core, policy: Scripted, s: JobSpec, nodes: int, now: float = 0.0, register: bool = True) -> Job:
     """Submit a job, start it on `nodes` nodes and (by default) register its handler."""
-    job = core.submit(s, now)
+    job = submit(core, s, now)
     assert decide(core, policy, now, Start(job.job_id, nodes)) == [Launch(job.job_id, tuple(job.hosts))]
     if register:
-        core.set_registered(job.job_id, True, now)
+        core.handle(Registered(now, job.job_id))
     return job
 
 
@@ -141,8 +165,8 @@ def test_policy_order_to_a_job_that_is_not_resizable_is_a_policy_error(kind: Job
 def test_policy_order_to_a_pending_finished_or_unknown_job_is_a_policy_error() -> None:
     core, policy = cluster()
     done = run(core, policy, malleable(1, 6), 2)
-    core.exited(done.job_id, 5.0, 0, 0)
-    pending = core.submit(malleable(1, 6), 6.0)
+    core.handle(Exited(5.0, done.job_id, 0, 0))
+    pending = submit(core, malleable(1, 6), 6.0)
     for jid in (done.job_id, pending.job_id, 99):
         with pytest.raises(PolicyError, match="which is not running"):
             decide(core, policy, 7.0, Shrink(jid, 1))
@@ -154,12 +178,12 @@ def test_policy_order_to_a_job_with_an_open_order_deferring_being_ended_or_dereg
     decide(core, policy, 1.0, Shrink(busy.job_id, 1))
     deferring = run(core, policy, malleable(1, 2), 2)
     order = only_order(decide(core, policy, 1.0, Shrink(deferring.job_id, 1)))
-    core.refuse_order(deferring.job_id, order.order_id, 2.0, defer=100.0)
+    core.handle(OrderDeferred(2.0, deferring.job_id, order.order_id, 100.0))
     assert deferring.order is None and not deferring.leaving
     ending = run(core, policy, malleable(1, 2), 1, now=2.0)
-    core.cancel(ending.job_id, 3.0)
+    core.handle(CancelRequested(3.0, ending.job_id))
     gone = run(core, policy, malleable(1, 2), 1, now=3.0)
-    core.set_registered(gone.job_id, False, 4.0, final=True)
+    core.handle(Unregistered(4.0, gone.job_id, final=True))
     for job in (busy, deferring, ending, gone):
         with pytest.raises(PolicyError, match="cannot take an order now"):
             decide(core, policy, 5.0, Grow(job.job_id, 1) if job.size < 2 else Shrink(job.job_id, 1))
@@ -198,7 +222,7 @@ def test_answered_shrink_reclaims_exactly_the_named_hosts_and_frees_them_once_go
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    assert core.answer_shrink(job.job_id, order.order_id, ["n3", "n1"], 12.0) == [
+    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n3", "n1"]))) == [
         Reclaim(job.job_id, ("n3", "n1"), 0.0)
     ]
     # Promised back, still owned until the driver reports the processes gone.
@@ -210,7 +234,7 @@ def test_answered_shrink_reclaims_exactly_the_named_hosts_and_frees_them_once_go
     assert (view.size, view.resizing, view.malleable_ready, snap.incoming_nodes) == (2, True, False, 2)
     assert job.last_resize is None
 
-    core.hosts_gone(job.job_id, ["n3", "n1"], 15.0)
+    core.handle(HostsGone(15.0, job.job_id, tuple(["n3", "n1"])))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n2", "n4"] and job.leaving == set()
     assert owned_by(core, job.job_id) == ["n2", "n4"]
@@ -225,15 +249,15 @@ def test_shrink_completes_only_when_the_last_reclaimed_host_is_gone() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 11.0)
-    core.hosts_gone(job.job_id, ["n2"], 12.0)
+    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+    core.handle(HostsGone(12.0, job.job_id, tuple(["n2"])))
     assert job.state is JobState.RESIZING and job.leaving == {"n1"}
     assert job.hosts == ["n1", "n3", "n4"] and core.nodes.owner["n2"] is None
     assert job.order is not None
     # A report naming hosts that are not leaving is ignored.
-    core.hosts_gone(job.job_id, ["n3", "n5"], 12.5)
+    core.handle(HostsGone(12.5, job.job_id, tuple(["n3", "n5"])))
     assert job.hosts == ["n1", "n3", "n4"] and job.state is JobState.RESIZING
-    core.hosts_gone(job.job_id, ["n1"], 13.0)
+    core.handle(HostsGone(13.0, job.job_id, tuple(["n1"])))
     assert job.state is JobState.RUNNING and job.order is None and job.hosts == ["n3", "n4"]
 
 
@@ -261,11 +285,11 @@ def test_invalid_shrink_answer_is_rejected_with_a_code_and_changes_nothing(
     assert other.hosts == ["n5"]
     before = state_of(job)
     with pytest.raises(OrderRejected) as exc:
-        core.answer_shrink(job.job_id, order.order_id + order_delta, hosts, 11.0)
+        core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id + order_delta, tuple(hosts)))
     assert exc.value.code == code
     assert state_of(job) == before and core.nodes.free_count == 1
     # The order is still open: a valid answer is taken afterwards.
-    assert core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 12.0) == [
+    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n1", "n2"]))) == [
         Reclaim(job.job_id, ("n1", "n2"), 0.0)
     ]
 
@@ -275,14 +299,14 @@ def test_shrink_answered_as_grown_and_a_second_answer_are_unknown_orders() -> No
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 1)))
     with pytest.raises(OrderRejected, match="is a shrink, not a grow") as exc:
-        core.answer_grow(job.job_id, order.order_id, job.hosts, 11.0)
+        core.handle(GrowAnswered(11.0, job.job_id, order.order_id, tuple(job.hosts)))
     assert exc.value.code == "unknown_order"
-    core.answer_shrink(job.job_id, order.order_id, ["n4"], 11.0)
+    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n4"])))
     before = state_of(job)
     for answer in (
-        lambda: core.answer_shrink(job.job_id, order.order_id, ["n3"], 12.0),
-        lambda: core.refuse_order(job.job_id, order.order_id, 12.0, "too late"),
-        lambda: core.refuse_order(job.job_id, order.order_id, 12.0, defer=5.0),
+        lambda: core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n3"]))),
+        lambda: core.handle(OrderRefused(12.0, job.job_id, order.order_id, "too late")),
+        lambda: core.handle(OrderDeferred(12.0, job.job_id, order.order_id, 5.0)),
     ):
         with pytest.raises(OrderRejected) as exc:
             answer()
@@ -294,7 +318,7 @@ def test_answer_from_a_job_without_any_order_is_an_unknown_order() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     with pytest.raises(OrderRejected) as exc:
-        core.answer_shrink(job.job_id, 1, ["n1"], 1.0)
+        core.handle(ShrinkAnswered(1.0, job.job_id, 1, tuple(["n1"])))
     assert exc.value.code == "unknown_order"
     assert job.state is JobState.RUNNING and job.leaving == set()
 
@@ -303,7 +327,7 @@ def test_refused_shrink_drops_the_order_and_the_job_runs_on_unchanged() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    assert core.refuse_order(job.job_id, order.order_id, 11.0, "in a phase that cannot be split") == []
+    assert core.handle(OrderRefused(11.0, job.job_id, order.order_id, "in a phase that cannot be split")) == []
     assert job.state is JobState.RUNNING and job.order is None and job.size == 4
     assert job.last_resize is None
     assert job.events[-1].event == "refused"
@@ -325,7 +349,7 @@ def test_snapshot_counts_an_unanswered_shrink_as_nodes_coming_back() -> None:
     # Not taken yet (the application chooses which hosts), but promised.
     assert (view.size, view.leaving, view.shrinking, view.resizing) == (4, 0, 3, True)
     assert snap.incoming_nodes == 3 and snap.free_nodes == 2
-    core.answer_shrink(job.job_id, 1, ["n1", "n2", "n3"], 11.0)
+    core.handle(ShrinkAnswered(11.0, job.job_id, 1, tuple(["n1", "n2", "n3"])))
     snap = core.snapshot(11.0)
     (view,) = snap.running
     assert (view.size, view.leaving, view.shrinking) == (1, 3, 0)
@@ -337,8 +361,8 @@ def test_snapshot_counts_a_job_being_ended_whole_and_an_open_grow_not_at_all() -
     ending = run(core, policy, malleable(1, 6), 2)
     growing = run(core, policy, malleable(1, 6), 1)
     decide(core, policy, 1.0, Shrink(ending.job_id, 1))
-    core.answer_shrink(ending.job_id, 1, ["n2"], 2.0)
-    core.cancel(ending.job_id, 3.0)
+    core.handle(ShrinkAnswered(2.0, ending.job_id, 1, tuple(["n2"])))
+    core.handle(CancelRequested(3.0, ending.job_id))
     decide(core, policy, 3.0, Grow(growing.job_id, 2))
     snap = core.snapshot(3.0)
     by_id = {r.job_id: r for r in snap.running}
@@ -353,7 +377,7 @@ def test_snapshot_view_turns_ready_when_a_deferral_runs_out_with_nothing_else_ha
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     decide(core, policy, 10.0, Shrink(job.job_id, 1))
-    core.refuse_order(job.job_id, 1, 20.0, defer=60.0)
+    core.handle(OrderDeferred(20.0, job.job_id, 1, 60.0))
     assert core.snapshot(20.0).running[0].malleable_ready is False
     assert core.snapshot(79.9).running[0].malleable_ready is False
     assert core.snapshot(80.0).running[0].malleable_ready is True
@@ -372,15 +396,15 @@ def test_snapshot_view_follows_every_step_of_an_order_without_reading_the_job_in
     assert view() == (2, True, False, None, 0, 0)
     decide(core, policy, 1.0, Grow(jid, 2))
     assert view() == (4, False, True, None, 0, 0)
-    core.answer_grow(jid, 1, ["n1", "n2", "n3", "n4"], 2.0)
+    core.handle(GrowAnswered(2.0, jid, 1, tuple(["n1", "n2", "n3", "n4"])))
     assert view() == (4, True, False, 2.0, 0, 0)
     decide(core, policy, 3.0, Shrink(jid, 1))
     assert view() == (4, False, True, 2.0, 0, 1)
-    core.order_deadline_passed(jid, 2, 33.0)
+    core.handle(OrderDeadline(33.0, jid, 2))
     assert view() == (3, False, True, 2.0, 1, 0)
-    core.hosts_gone(jid, ["n4"], 34.0)
+    core.handle(HostsGone(34.0, jid, tuple(["n4"])))
     assert view() == (3, True, False, 34.0, 0, 0)
-    core.set_registered(jid, False, 35.0)
+    core.handle(Unregistered(35.0, jid))
     assert view() == (3, False, False, 34.0, 0, 0)
 
 
@@ -419,7 +443,7 @@ def test_grown_answer_must_name_every_host_of_the_job(hosts: list[str]) -> None:
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
     before = state_of(job)
     with pytest.raises(OrderRejected) as exc:
-        core.answer_grow(job.job_id, order.order_id, hosts, 11.0)
+        core.handle(GrowAnswered(11.0, job.job_id, order.order_id, tuple(hosts)))
     assert exc.value.code == "bad_hosts"
     assert state_of(job) == before
 
@@ -429,17 +453,17 @@ def test_grown_answer_naming_all_hosts_in_any_order_completes_the_grow() -> None
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
     with pytest.raises(OrderRejected, match="is a grow, not a shrink") as exc:
-        core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 11.0)
+        core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
     assert exc.value.code == "unknown_order"
     with pytest.raises(OrderRejected) as exc:
-        core.answer_grow(job.job_id, order.order_id + 1, ["n1", "n2", "n3", "n4"], 11.0)
+        core.handle(GrowAnswered(11.0, job.job_id, order.order_id + 1, tuple(["n1", "n2", "n3", "n4"])))
     assert exc.value.code == "unknown_order"
-    core.answer_grow(job.job_id, order.order_id, ["n4", "n1", "n3", "n2"], 12.0)
+    core.handle(GrowAnswered(12.0, job.job_id, order.order_id, tuple(["n4", "n1", "n3", "n2"])))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2", "n3", "n4"] and job.last_resize == 12.0
     assert events(job)[-1] == "grown"
     # Settled: the deadline that follows does nothing.
-    assert core.order_deadline_passed(job.job_id, order.order_id, 40.0) == []
+    assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id)) == []
     assert job.hosts == ["n1", "n2", "n3", "n4"]
 
 
@@ -447,7 +471,7 @@ def test_refused_grow_reclaims_the_new_hosts_which_return_to_the_pool_once_gone(
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 3)))
-    assert core.refuse_order(job.job_id, order.order_id, 11.0, "busy") == [
+    assert core.handle(OrderRefused(11.0, job.job_id, order.order_id, "busy")) == [
         Reclaim(job.job_id, ("n3", "n4", "n5"), 0.0)
     ]
     # The processes started there must be gone before the nodes are free.
@@ -456,8 +480,8 @@ def test_refused_grow_reclaims_the_new_hosts_which_return_to_the_pool_once_gone(
     snap = core.snapshot(11.0)
     assert (snap.running[0].size, snap.incoming_nodes) == (2, 3)
     with pytest.raises(OrderRejected):
-        core.answer_grow(job.job_id, order.order_id, job.hosts, 11.5)  # settled: too late
-    core.hosts_gone(job.job_id, ["n3", "n4", "n5"], 13.0)
+        core.handle(GrowAnswered(11.5, job.job_id, order.order_id, tuple(job.hosts)))  # settled: too late
+    core.handle(HostsGone(13.0, job.job_id, tuple(["n3", "n4", "n5"])))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2"] and core.nodes.free_hosts() == ["n3", "n4", "n5", "n6"]
     assert job.last_resize is None  # nothing was resized
@@ -471,7 +495,7 @@ def test_deferred_shrink_blocks_orders_until_now_plus_the_seconds_asked() -> Non
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 1)))
-    assert core.refuse_order(job.job_id, order.order_id, 20.0, defer=60.0) == []
+    assert core.handle(OrderDeferred(20.0, job.job_id, order.order_id, 60.0)) == []
     assert job.state is JobState.RUNNING and job.order is None and job.no_orders_until == 80.0
     assert job.events[-1].event == "deferred" and job.events[-1].detail == "order 1: 60 s"
     assert not core.can_take_order(job, 79.9)
@@ -479,7 +503,7 @@ def test_deferred_shrink_blocks_orders_until_now_plus_the_seconds_asked() -> Non
     with pytest.raises(PolicyError):
         decide(core, policy, 79.9, Shrink(job.job_id, 1))
     with pytest.raises(ResizeRejected):
-        core.resize(job.job_id, 3, 79.9)
+        core.handle(ResizeRequested(79.9, job.job_id, 3))
     assert core.can_take_order(job, 80.0)
     assert core.snapshot(80.0).running[0].malleable_ready is True
     assert only_order(decide(core, policy, 80.0, Shrink(job.job_id, 1))).order_id == 2
@@ -489,10 +513,10 @@ def test_deferred_grow_gives_the_new_hosts_back_and_blocks_orders_until_then() -
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
-    assert core.refuse_order(job.job_id, order.order_id, 11.0, defer=5.0) == [
+    assert core.handle(OrderDeferred(11.0, job.job_id, order.order_id, 5.0)) == [
         Reclaim(job.job_id, ("n3", "n4"), 0.0)
     ]
-    core.hosts_gone(job.job_id, ["n3", "n4"], 12.0)
+    core.handle(HostsGone(12.0, job.job_id, tuple(["n3", "n4"])))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"]
     assert not core.can_take_order(job, 15.9) and core.can_take_order(job, 16.0)
 
@@ -504,7 +528,7 @@ def test_missed_shrink_deadline_makes_the_daemon_end_the_job_on_its_last_hosts()
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 5)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    assert core.order_deadline_passed(job.job_id, order.order_id, 40.0) == [
+    assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id)) == [
         Reclaim(job.job_id, ("n4", "n5"), 0.0)
     ]
     assert job.state is JobState.RESIZING and job.leaving == {"n4", "n5"}
@@ -512,10 +536,10 @@ def test_missed_shrink_deadline_makes_the_daemon_end_the_job_on_its_last_hosts()
     assert events(job)[-1] == "deadline_missed"
     # A late answer is refused; a second deadline report does nothing.
     with pytest.raises(OrderRejected) as exc:
-        core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 41.0)
+        core.handle(ShrinkAnswered(41.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
     assert exc.value.code == "unknown_order"
-    assert core.order_deadline_passed(job.job_id, order.order_id, 41.0) == []
-    core.hosts_gone(job.job_id, ["n4", "n5"], 42.0)
+    assert core.handle(OrderDeadline(41.0, job.job_id, order.order_id)) == []
+    core.handle(HostsGone(42.0, job.job_id, tuple(["n4", "n5"])))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2", "n3"] and job.last_resize == 42.0
     assert job.events[-1].event == "shrunk" and "deadline missed" in (job.events[-1].detail or "")
@@ -527,10 +551,10 @@ def test_missed_shrink_deadline_picks_the_last_hosts_in_the_jobs_list_not_by_nam
     job = run(core, policy, malleable(1, 6), 2)  # n1 n2
     run(core, policy, spec("r", 2), 2)  # n3 n4
     g = only_order(decide(core, policy, 1.0, Grow(job.job_id, 2)))
-    core.answer_grow(job.job_id, g.order_id, job.hosts, 2.0)
+    core.handle(GrowAnswered(2.0, job.job_id, g.order_id, tuple(job.hosts)))
     assert job.hosts == ["n1", "n2", "n5", "n6"]
     s = only_order(decide(core, policy, 3.0, Shrink(job.job_id, 3)))
-    assert core.order_deadline_passed(job.job_id, s.order_id, 33.0) == [
+    assert core.handle(OrderDeadline(33.0, job.job_id, s.order_id)) == [
         Reclaim(job.job_id, ("n2", "n5", "n6"), 0.0)
     ]
 
@@ -539,13 +563,13 @@ def test_missed_grow_deadline_reclaims_the_new_hosts() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
-    assert core.order_deadline_passed(job.job_id, order.order_id, 40.0) == [
+    assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id)) == [
         Reclaim(job.job_id, ("n3", "n4"), 0.0)
     ]
     assert job.state is JobState.RESIZING and events(job)[-1] == "deadline_missed"
     with pytest.raises(OrderRejected):
-        core.answer_grow(job.job_id, order.order_id, job.hosts, 41.0)
-    core.hosts_gone(job.job_id, ["n3", "n4"], 42.0)
+        core.handle(GrowAnswered(41.0, job.job_id, order.order_id, tuple(job.hosts)))
+    core.handle(HostsGone(42.0, job.job_id, tuple(["n3", "n4"])))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"]
     assert core.nodes.free_count == 4 and job.last_resize is None
 
@@ -553,10 +577,10 @@ def test_missed_grow_deadline_reclaims_the_new_hosts() -> None:
 def test_deadline_of_a_stale_order_or_unknown_job_does_nothing() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
-    assert core.order_deadline_passed(job.job_id, 1, 40.0) == []  # no order at all
-    assert core.order_deadline_passed(77, 1, 40.0) == []
+    assert core.handle(OrderDeadline(40.0, job.job_id, 1)) == []  # no order at all
+    assert core.handle(OrderDeadline(40.0, 77, 1)) == []
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 1)))
-    assert core.order_deadline_passed(job.job_id, order.order_id + 5, 40.0) == []
+    assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id + 5)) == []
     assert job.order is not None and job.order.settled is None
 
 
@@ -567,18 +591,18 @@ def test_undeliverable_shrink_is_dropped_and_the_job_runs_on() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    assert core.order_undeliverable(job.job_id, order.order_id, 10.5) == []
+    assert core.handle(OrderUndeliverable(10.5, job.job_id, order.order_id)) == []
     assert job.state is JobState.RUNNING and job.order is None and job.size == 4
     assert events(job)[-1] == "order_failed"
-    assert core.order_undeliverable(job.job_id, order.order_id, 11.0) == []  # stale
+    assert core.handle(OrderUndeliverable(11.0, job.job_id, order.order_id)) == []  # stale
 
 
 def test_undeliverable_grow_reclaims_the_hosts_started_for_it() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 1)))
-    assert core.order_undeliverable(job.job_id, order.order_id, 10.5) == [Reclaim(job.job_id, ("n3",), 0.0)]
-    core.hosts_gone(job.job_id, ["n3"], 11.0)
+    assert core.handle(OrderUndeliverable(10.5, job.job_id, order.order_id)) == [Reclaim(job.job_id, ("n3",), 0.0)]
+    core.handle(HostsGone(11.0, job.job_id, tuple(["n3"])))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"] and core.nodes.free_count == 4
 
 
@@ -592,23 +616,23 @@ def test_job_exiting_during_an_order_drops_it_and_frees_all_its_nodes(stage: str
     if stage.startswith("grow"):
         order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
         if stage == "grow_refused":
-            core.refuse_order(job.job_id, order.order_id, 11.0)
+            core.handle(OrderRefused(11.0, job.job_id, order.order_id))
     else:
         order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
         if stage == "answered":
-            core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 11.0)
-    core.exited(job.job_id, 12.0, 0, 0)
+            core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+    core.handle(Exited(12.0, job.job_id, 0, 0))
     assert job.state is JobState.COMPLETED and job.order is None and job.leaving == set()
     assert job.hosts == [] and core.nodes.free_count == 6 and core.active_ids == []
     assert "order_dropped" in events(job)
     # Whatever arrives late for the order is harmless.
     with pytest.raises(OrderRejected):
-        core.answer_shrink(job.job_id, order.order_id, ["n1", "n2"], 13.0)
+        core.handle(ShrinkAnswered(13.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
     with pytest.raises(OrderRejected):
-        core.refuse_order(job.job_id, order.order_id, 13.0)
-    assert core.order_deadline_passed(job.job_id, order.order_id, 40.0) == []
-    assert core.order_undeliverable(job.job_id, order.order_id, 40.0) == []
-    core.hosts_gone(job.job_id, ["n1", "n2", "n4"], 14.0)
+        core.handle(OrderRefused(13.0, job.job_id, order.order_id))
+    assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id)) == []
+    assert core.handle(OrderUndeliverable(40.0, job.job_id, order.order_id)) == []
+    core.handle(HostsGone(14.0, job.job_id, tuple(["n1", "n2", "n4"])))
     assert core.nodes.free_count == 6 and job.node_seconds == job.node_seconds_at(100.0)
 
 
@@ -616,13 +640,13 @@ def test_cancel_during_a_grow_terminates_the_job_on_all_its_hosts_new_ones_inclu
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     decide(core, policy, 10.0, Grow(job.job_id, 2))
-    assert core.cancel(job.job_id, 11.0) == [
+    assert core.handle(CancelRequested(11.0, job.job_id)) == [
         Terminate(job.job_id, ("n1", "n2", "n3", "n4"), JobState.CANCELLED)
     ]
     assert not core.can_take_order(job, 11.0)
     snap = core.snapshot(11.0)
     assert snap.incoming_nodes == 4 and snap.running[0].ending
-    core.exited(job.job_id, 12.0, None, 15)
+    core.handle(Exited(12.0, job.job_id, None, 15))
     assert job.state is JobState.CANCELLED and core.nodes.free_count == 6
 
 
@@ -632,23 +656,23 @@ def test_cancel_during_a_grow_terminates_the_job_on_all_its_hosts_new_ones_inclu
 def test_unregistering_pauses_orders_and_registering_again_resumes_them() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
-    core.set_registered(job.job_id, False, 1.0)
+    core.handle(Unregistered(1.0, job.job_id))
     assert not core.can_take_order(job, 1.0) and events(job)[-1] == "unregistered"
-    core.set_registered(job.job_id, True, 2.0)
+    core.handle(Registered(2.0, job.job_id))
     assert core.can_take_order(job, 2.0)
 
 
 def test_final_deregistration_blocks_every_later_registration() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
-    core.set_registered(job.job_id, False, 1.0, final=True)
+    core.handle(Unregistered(1.0, job.job_id, final=True))
     assert events(job)[-1] == "deregistered"
-    core.set_registered(job.job_id, True, 2.0)
+    core.handle(Registered(2.0, job.job_id))
     assert job.deregistered and not job.malleable_ready
     assert not core.can_take_order(job, 2.0)
     assert core.snapshot(2.0).running[0].malleable_ready is False
     with pytest.raises(ResizeRejected, match="it deregistered for good"):
-        core.resize(job.job_id, 3, 3.0)
+        core.handle(ResizeRequested(3.0, job.job_id, 3))
 
 
 # ---- evolving jobs: request and release ----------------------------------------------
@@ -658,10 +682,10 @@ def test_only_evolving_jobs_may_request_or_release_nodes() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)
     with pytest.raises(OrderRejected, match="only evolving jobs request nodes") as exc:
-        core.request_nodes(job.job_id, 1, 1.0)
+        core.handle(NodesRequested(1.0, job.job_id, 1))
     assert exc.value.code == "bad_request"
     with pytest.raises(OrderRejected, match="only evolving jobs release nodes") as exc:
-        core.release_hosts(job.job_id, ["n1"], 1.0)
+        core.handle(HostsReleased(1.0, job.job_id, tuple(["n1"])))
     assert exc.value.code == "bad_request"
     assert job.requested == 0 and job.leaving == set()
 
@@ -670,9 +694,9 @@ def test_evolving_request_is_bounded_by_the_jobs_maximum() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(1, 4), 2)
     with pytest.raises(OrderRejected, match="may grow by at most 2") as exc:
-        core.request_nodes(job.job_id, 3, 1.0)
+        core.handle(NodesRequested(1.0, job.job_id, 3))
     assert exc.value.code == "bad_request" and job.requested == 0
-    core.request_nodes(job.job_id, 2, 2.0)
+    core.handle(NodesRequested(2.0, job.job_id, 2))
     assert (job.requested, job.requested_at) == (2, 2.0)
     view = core.snapshot(2.0).running[0]
     assert (view.requested, view.requested_at) == (2, 2.0)
@@ -682,39 +706,39 @@ def test_evolving_request_is_bounded_by_the_jobs_maximum() -> None:
 def test_evolving_request_room_does_not_count_hosts_being_released() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(1, 4), 4)
-    core.release_hosts(job.job_id, ["n4", "n3"], 1.0)
-    core.request_nodes(job.job_id, 2, 1.5)  # 4 held, 2 of them leaving: room for 2
+    core.handle(HostsReleased(1.0, job.job_id, tuple(["n4", "n3"])))
+    core.handle(NodesRequested(1.5, job.job_id, 2))  # 4 held, 2 of them leaving: room for 2
     assert job.requested == 2
 
 
 def test_evolving_request_is_granted_by_the_policy_whole_when_enough_nodes_are_free() -> None:
     core = Core(NODES, make_policy("fcfs"), order_deadline=DEADLINE)
-    job = core.submit(evolving(1, 6), 0.0)
-    blocker = core.submit(spec("r", 3), 0.0)
-    assert core.schedule(0.0) == [Launch(job.job_id, ("n1",)), Launch(blocker.job_id, ("n2", "n3", "n4"))]
-    core.set_registered(job.job_id, True, 1.0)
-    core.request_nodes(job.job_id, 3, 2.0)
-    assert core.schedule(2.0) == []  # 2 free: a request is granted whole or not at all
-    core.exited(blocker.job_id, 5.0, 0, 0)
-    actions = core.schedule(5.0)
+    job = submit(core, evolving(1, 6), 0.0)
+    blocker = submit(core, spec("r", 3), 0.0)
+    assert core.handle(PassDue(0.0)) == [Launch(job.job_id, ("n1",)), Launch(blocker.job_id, ("n2", "n3", "n4"))]
+    core.handle(Registered(1.0, job.job_id))
+    core.handle(NodesRequested(2.0, job.job_id, 3))
+    assert core.handle(PassDue(2.0)) == []  # 2 free: a request is granted whole or not at all
+    core.handle(Exited(5.0, blocker.job_id, 0, 0))
+    actions = core.handle(PassDue(5.0))
     assert actions == [
         LaunchJoining(job.job_id, ("n2", "n3", "n4"), ("n1", "n2", "n3", "n4")),
         SendOrder(job.job_id, 1, "grow", 3, ("n2", "n3", "n4"), DEADLINE),
     ]
     assert job.requested == 0
-    core.answer_grow(job.job_id, 1, job.hosts, 6.0)
+    core.handle(GrowAnswered(6.0, job.job_id, 1, tuple(job.hosts)))
     assert job.state is JobState.RUNNING and job.size == 4
-    assert core.schedule(7.0) == []  # granted once
+    assert core.handle(PassDue(7.0)) == []  # granted once
 
 
 def test_evolving_release_reclaims_named_hosts_and_frees_them_once_gone() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(2, 6), 4)
-    assert core.release_hosts(job.job_id, ["n2", "n4"], 5.0) == [Reclaim(job.job_id, ("n2", "n4"), 0.0)]
+    assert core.handle(HostsReleased(5.0, job.job_id, tuple(["n2", "n4"]))) == [Reclaim(job.job_id, ("n2", "n4"), 0.0)]
     assert job.state is JobState.RUNNING and job.leaving == {"n2", "n4"}
     assert not core.can_take_order(job, 5.0)
     assert core.snapshot(5.0).incoming_nodes == 2
-    core.hosts_gone(job.job_id, ["n2", "n4"], 6.0)
+    core.handle(HostsGone(6.0, job.job_id, tuple(["n2", "n4"])))
     assert job.hosts == ["n1", "n3"] and job.leaving == set() and job.last_resize == 6.0
     assert events(job)[-1] == "released"
     assert core.nodes.free_hosts() == ["n2", "n4", "n5", "n6"]
@@ -734,7 +758,7 @@ def test_evolving_release_that_is_invalid_is_rejected_and_changes_nothing(hosts:
     job = run(core, policy, evolving(2, 6), 4)
     before = state_of(job)
     with pytest.raises(OrderRejected, match=match) as exc:
-        core.release_hosts(job.job_id, hosts, 5.0)
+        core.handle(HostsReleased(5.0, job.job_id, tuple(hosts)))
     assert exc.value.code == "bad_hosts"
     assert state_of(job) == before
 
@@ -742,12 +766,12 @@ def test_evolving_release_that_is_invalid_is_rejected_and_changes_nothing(hosts:
 def test_evolving_release_counts_hosts_already_leaving_against_the_minimum() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(2, 6), 4)
-    core.release_hosts(job.job_id, ["n4"], 5.0)
+    core.handle(HostsReleased(5.0, job.job_id, tuple(["n4"])))
     with pytest.raises(OrderRejected, match="not hosts of job"):
-        core.release_hosts(job.job_id, ["n4"], 5.5)  # already leaving
+        core.handle(HostsReleased(5.5, job.job_id, tuple(["n4"])))  # already leaving
     with pytest.raises(OrderRejected, match="may not go below 2 nodes"):
-        core.release_hosts(job.job_id, ["n2", "n3"], 5.5)
-    assert core.release_hosts(job.job_id, ["n3"], 5.5) == [Reclaim(job.job_id, ("n3",), 0.0)]
+        core.handle(HostsReleased(5.5, job.job_id, tuple(["n2", "n3"])))
+    assert core.handle(HostsReleased(5.5, job.job_id, tuple(["n3"]))) == [Reclaim(job.job_id, ("n3",), 0.0)]
 
 
 def test_evolving_release_while_an_order_is_open_is_refused_as_busy() -> None:
@@ -755,7 +779,7 @@ def test_evolving_release_while_an_order_is_open_is_refused_as_busy() -> None:
     job = run(core, policy, evolving(1, 6), 3)
     decide(core, policy, 1.0, Shrink(job.job_id, 1))
     with pytest.raises(OrderRejected, match="answer it first") as exc:
-        core.release_hosts(job.job_id, ["n3"], 2.0)
+        core.handle(HostsReleased(2.0, job.job_id, tuple(["n3"])))
     assert exc.value.code == "busy" and job.leaving == set()
 
 
@@ -767,33 +791,33 @@ def test_resize_of_a_rigid_or_moldable_job_is_rejected_naming_its_kind() -> None
     rigid = run(core, policy, spec("r", 2), 2)
     moldable = run(core, policy, spec("m", (1, 4)), 2)
     with pytest.raises(ResizeRejected) as exc:
-        core.resize(rigid.job_id, 3, 1.0)
+        core.handle(ResizeRequested(1.0, rigid.job_id, 3))
     assert str(exc.value) == "job 1 is rigid; only malleable and evolving jobs resize"
     assert exc.value.code == "resize_rejected"
     with pytest.raises(ResizeRejected, match="^job 2 is moldable; only malleable and evolving jobs resize$"):
-        core.resize(moldable.job_id, 3, 1.0)
+        core.handle(ResizeRequested(1.0, moldable.job_id, 3))
 
 
 def test_resize_of_a_job_that_is_not_running_is_rejected_naming_its_state() -> None:
     core, policy = cluster()
-    pending = core.submit(malleable(1, 4), 0.0)
+    pending = submit(core, malleable(1, 4), 0.0)
     with pytest.raises(ResizeRejected, match="^job 1 is PENDING, not running$"):
-        core.resize(pending.job_id, 2, 1.0)
+        core.handle(ResizeRequested(1.0, pending.job_id, 2))
     done = run(core, policy, malleable(1, 4), 2)
-    core.exited(done.job_id, 2.0, 0, 0)
+    core.handle(Exited(2.0, done.job_id, 0, 0))
     with pytest.raises(ResizeRejected, match="^job 2 is COMPLETED, not running$"):
-        core.resize(done.job_id, 3, 3.0)
+        core.handle(ResizeRequested(3.0, done.job_id, 3))
 
 
 def test_resize_of_an_unregistered_or_busy_job_says_why_it_cannot_take_an_order() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 4), 2, register=False)
     with pytest.raises(ResizeRejected, match="^job 1 cannot take an order now: it has not registered a handler$"):
-        core.resize(job.job_id, 3, 1.0)
-    core.set_registered(job.job_id, True, 1.0)
-    core.resize(job.job_id, 3, 2.0)
+        core.handle(ResizeRequested(1.0, job.job_id, 3))
+    core.handle(Registered(1.0, job.job_id))
+    core.handle(ResizeRequested(2.0, job.job_id, 3))
     with pytest.raises(ResizeRejected, match="^job 1 cannot take an order now: it is busy with order 1$"):
-        core.resize(job.job_id, 4, 3.0)
+        core.handle(ResizeRequested(3.0, job.job_id, 4))
 
 
 @pytest.mark.parametrize("why", ["deferred", "being_ended"])
@@ -805,12 +829,12 @@ def test_resize_refused_for_a_job_without_an_order_does_not_blame_another_order(
     job = run(core, policy, malleable(1, 6), 2)
     if why == "deferred":
         decide(core, policy, 1.0, Shrink(job.job_id, 1))
-        core.refuse_order(job.job_id, 1, 2.0, defer=60.0)
+        core.handle(OrderDeferred(2.0, job.job_id, 1, 60.0))
     else:
-        core.cancel(job.job_id, 2.0)
+        core.handle(CancelRequested(2.0, job.job_id))
     assert job.order is None and job.malleable_ready
     with pytest.raises(ResizeRejected) as exc:
-        core.resize(job.job_id, 3, 3.0)
+        core.handle(ResizeRequested(3.0, job.job_id, 3))
     assert "another order" not in str(exc.value), str(exc.value)
 
 
@@ -819,7 +843,7 @@ def test_resize_outside_the_jobs_range_is_rejected_naming_the_range(nodes: int) 
     core, policy = cluster()
     job = run(core, policy, malleable(2, 4), 3)
     with pytest.raises(ResizeRejected, match=f"^job 1 runs on 2 to 4 nodes, not {nodes}$"):
-        core.resize(job.job_id, nodes, 1.0)
+        core.handle(ResizeRequested(1.0, job.job_id, nodes))
     assert job.order is None
 
 
@@ -828,18 +852,18 @@ def test_resize_beyond_the_free_nodes_is_rejected_naming_how_many_are_free() -> 
     job = run(core, policy, malleable(1, 6), 2)
     run(core, policy, spec("r", 3), 3)
     with pytest.raises(ResizeRejected, match="^only 1 nodes are free$"):
-        core.resize(job.job_id, 4, 1.0)
+        core.handle(ResizeRequested(1.0, job.job_id, 4))
     assert job.order is None and core.nodes.free_count == 1
 
 
 def test_resize_sends_a_shrink_or_grow_order_and_to_the_current_size_does_nothing() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 3)
-    assert core.resize(job.job_id, 3, 1.0) == []
+    assert core.handle(ResizeRequested(1.0, job.job_id, 3)) == []
     assert job.order is None
-    assert core.resize(job.job_id, 1, 2.0) == [SendOrder(job.job_id, 1, "shrink", 2, (), DEADLINE)]
-    core.refuse_order(job.job_id, 1, 3.0)
-    assert core.resize(job.job_id, 5, 4.0) == [
+    assert core.handle(ResizeRequested(2.0, job.job_id, 1)) == [SendOrder(job.job_id, 1, "shrink", 2, (), DEADLINE)]
+    core.handle(OrderRefused(3.0, job.job_id, 1))
+    assert core.handle(ResizeRequested(4.0, job.job_id, 5)) == [
         LaunchJoining(job.job_id, ("n4", "n5"), ("n1", "n2", "n3", "n4", "n5")),
         SendOrder(job.job_id, 2, "grow", 2, ("n4", "n5"), DEADLINE),
     ]
@@ -848,8 +872,8 @@ def test_resize_sends_a_shrink_or_grow_order_and_to_the_current_size_does_nothin
 def test_resize_of_an_evolving_job_is_allowed_and_a_grow_consumes_its_request() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(1, 6), 2)
-    core.request_nodes(job.job_id, 3, 1.0)
-    core.resize(job.job_id, 4, 2.0)
+    core.handle(NodesRequested(1.0, job.job_id, 3))
+    core.handle(ResizeRequested(2.0, job.job_id, 4))
     assert job.requested == 1
 
 
@@ -860,14 +884,14 @@ def test_node_seconds_count_each_size_for_exactly_as_long_as_the_nodes_are_held(
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2, now=10.0)
     decide(core, policy, 20.0, Grow(job.job_id, 2))  # held from the order on
-    core.answer_grow(job.job_id, 1, job.hosts, 25.0)
+    core.handle(GrowAnswered(25.0, job.job_id, 1, tuple(job.hosts)))
     assert job.node_seconds_at(30.0) == 2 * 10 + 4 * 10
     decide(core, policy, 40.0, Shrink(job.job_id, 3))
-    core.answer_shrink(job.job_id, 2, ["n1", "n2", "n3"], 45.0)  # still held until gone
-    core.hosts_gone(job.job_id, ["n1", "n3"], 50.0)
-    core.hosts_gone(job.job_id, ["n2"], 55.0)
+    core.handle(ShrinkAnswered(45.0, job.job_id, 2, tuple(["n1", "n2", "n3"])))  # still held until gone
+    core.handle(HostsGone(50.0, job.job_id, tuple(["n1", "n3"])))
+    core.handle(HostsGone(55.0, job.job_id, tuple(["n2"])))
     assert job.size == 1
-    core.exited(job.job_id, 100.0, 0, 0)
+    core.handle(Exited(100.0, job.job_id, 0, 0))
     assert job.node_seconds == 2 * (20 - 10) + 4 * (50 - 20) + 2 * (55 - 50) + 1 * (100 - 55)
     assert job.node_seconds_at(500.0) == job.node_seconds
 
@@ -876,9 +900,9 @@ def test_node_seconds_charge_the_hosts_of_a_refused_grow_until_they_are_gone() -
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2, now=10.0)
     decide(core, policy, 20.0, Grow(job.job_id, 2))
-    core.refuse_order(job.job_id, 1, 30.0)
-    core.hosts_gone(job.job_id, ["n3", "n4"], 35.0)
-    core.exited(job.job_id, 50.0, 0, 0)
+    core.handle(OrderRefused(30.0, job.job_id, 1))
+    core.handle(HostsGone(35.0, job.job_id, tuple(["n3", "n4"])))
+    core.handle(Exited(50.0, job.job_id, 0, 0))
     assert job.node_seconds == 2 * 10 + 4 * 15 + 2 * 15
 
 
@@ -886,7 +910,7 @@ def test_node_seconds_of_a_job_that_exits_while_hosts_are_leaving_count_them_unt
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4, now=0.0)
     decide(core, policy, 10.0, Shrink(job.job_id, 2))
-    core.answer_shrink(job.job_id, 1, ["n1", "n2"], 11.0)
-    core.exited(job.job_id, 20.0, 0, 0)
-    core.hosts_gone(job.job_id, ["n1", "n2"], 25.0)  # late: the job's nodes are all free
+    core.handle(ShrinkAnswered(11.0, job.job_id, 1, tuple(["n1", "n2"])))
+    core.handle(Exited(20.0, job.job_id, 0, 0))
+    core.handle(HostsGone(25.0, job.job_id, tuple(["n1", "n2"])))  # late: the job's nodes are all free
     assert job.node_seconds == 4 * 20

@@ -14,13 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from core_support import submit
+from elastic_protocol.jobspec import JobSpec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from elastic_protocol.jobspec import JobSpec
-
-from elasticd.core.actions import Action, Launch, Terminate
+from elasticd.core.actions import Action, ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    LaunchFailed,
+    LimitReached,
+    PassDue,
+)
 from elasticd.core.job import Job
 from elasticd.core.states import JobState
 from elasticd.policies import make_policy
@@ -212,21 +219,21 @@ class Sim:
         core = self.core
         if kind == "submit":
             plan = self.workload.jobs[key]
-            jid = core.submit(plan.spec(f"j{key}"), t).job_id
+            jid = submit(core, plan.spec(f"j{key}"), t).job_id
             self.plans[jid] = plan
             if plan.cancel_after is not None:
                 self.push(t + plan.cancel_after, "cancel", jid)
         elif kind == "cancel":
             job = core.job(key)
             was = (job.state, job.ending_as)
-            actions = core.cancel(key, t)
+            actions = core.handle(CancelRequested(t, key))
             if was[0] is JobState.PENDING:
                 assert actions == [] and job.state is JobState.CANCELLED and job.end_time == t
             elif was[0].is_final or was[1] is not None:
                 assert actions == [], "a job ended or being ended is not terminated again"
             self.terminate(t, actions)
         elif kind == "limit":
-            self.terminate(t, core.time_limit_reached(key, t))
+            self.terminate(t, core.handle(LimitReached(t, key)))
         elif kind == "exit":
             if core.job(key).state.holds_nodes:  # else: stale, the job already ended
                 self.exit(t, key, *status)
@@ -251,7 +258,7 @@ class Sim:
         expected = self.ending.get(jid) or (JobState.COMPLETED if code == 0 and not sig else JobState.FAILED)
         free_before = self.core.nodes.free_count
         size = job.size
-        self.core.exited(jid, t, code, sig)
+        self.core.handle(Exited(t, jid, code, sig))
         assert job.state is expected and job.end_time == t
         assert self.core.nodes.free_count == free_before + size
 
@@ -260,11 +267,17 @@ class Sim:
         while True:
             if self.before_pass:
                 self.before_pass(t)
-            actions = core.schedule(t)
+            actions = core.handle(PassDue(t))
             if self.on_decisions:
                 self.on_decisions(t, actions)
             retry = False
             for a in actions:
+                if isinstance(a, ArmLimit):
+                    # The core arms every limit itself, at start + limit.
+                    limit = self.plans[a.job_id].limit
+                    assert limit is not None and a.at == t + limit
+                    self.push(a.at, "limit", a.job_id)
+                    continue
                 assert isinstance(a, Launch), a
                 job = core.job(a.job_id)
                 assert a.hosts == tuple(job.hosts) and job.start_time == t
@@ -272,12 +285,10 @@ class Sim:
                 self.started[a.job_id] = (t, len(a.hosts))
                 plan = self.plans[a.job_id]
                 if plan.launch_fails:
-                    core.launch_failed(a.job_id, t, "injected")
+                    core.handle(LaunchFailed(t, a.job_id, "injected"))
                     assert job.state is JobState.FAILED and job.hosts == []
                     retry = True  # its nodes are free again
                     continue
-                if plan.limit is not None:
-                    self.push(t + plan.limit, "limit", a.job_id)
                 self.push(t + plan.runtime, "exit", a.job_id, (plan.exit_code, None))
             check_invariants(core)
             if not retry:

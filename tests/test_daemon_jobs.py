@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import psutil
-
 from conftest import RunningDaemon, wait_until, write_job
 
 
@@ -49,7 +48,7 @@ def test_successful_job_completes_on_every_host_with_its_environment_and_output(
     assert lines1[0] == f"{jid} node2 1 2 node1,node2 bar"
     assert lines0[1:3] == ["node1", "node2"]
     assert (workdir / f"envcheck-{jid}-0.err").exists()
-    assert [e["event"] for e in info["events"]] == ["submitted", "started", "ended"]
+    assert [e["event"] for e in info["events"]] == ["submitted", "started", "launched", "ended"]
     assert info["node_seconds"] >= 0
 
 

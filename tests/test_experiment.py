@@ -8,9 +8,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import BIN
-from elasticd.experiments.batches import generate_batch, malleable_set, node_hours, write_batch
+
+from elasticd.experiments.batches import (
+    generate_batch,
+    malleable_set,
+    node_hours,
+    write_batch,
+)
 from elasticd.jobfile import load_job_file
 
 

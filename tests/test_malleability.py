@@ -9,10 +9,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from elastic_protocol.framing import LineSocket
-
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from elastic_protocol.framing import LineSocket
 
 RECORDER = Path(__file__).parent / "apps" / "recorder.py"
 

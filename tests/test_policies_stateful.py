@@ -28,6 +28,7 @@ import math
 import re
 
 import pytest
+from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec, PerfModel
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -41,6 +42,21 @@ from hypothesis.stateful import (
 
 from elasticd.core.actions import Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    HostsReleased,
+    LimitReached,
+    NodesRequested,
+    OrderDeadline,
+    OrderDeferred,
+    OrderRefused,
+    PassDue,
+    Registered,
+    ShrinkAnswered,
+)
 from elasticd.core.states import JobState
 from elasticd.errors import OrderRejected
 from elasticd.policies import POLICIES, make_policy
@@ -201,11 +217,11 @@ class PolicyMachine(RuleBasedStateMachine):
 
     # ---- helpers ----
     def schedule(self) -> None:
-        for a in self.core.schedule(self.now):
+        for a in self.core.handle(PassDue(self.now)):
             if isinstance(a, Launch):
                 assert self.core.job(a.job_id).state is JobState.RUNNING
                 if a.job_id in self.registers:
-                    self.core.set_registered(a.job_id, True, self.now)
+                    self.core.handle(Registered(self.now, a.job_id))
             elif isinstance(a, (SendOrder, LaunchJoining)):
                 assert self.core.job(a.job_id).order is not None
 
@@ -249,7 +265,7 @@ class PolicyMachine(RuleBasedStateMachine):
             spec = JobSpec(
                 name="j", command=["true"], nodes=nodes, kind=kind, time_limit=limit, model=perf, evolution=evolution
             )
-            jid = self.core.submit(spec, self.now).job_id
+            jid = submit(self.core, spec, self.now).job_id
             if registers and kind in (JobKind.MALLEABLE, JobKind.EVOLVING):
                 self.registers.add(jid)
             if prompt:
@@ -269,16 +285,16 @@ class PolicyMachine(RuleBasedStateMachine):
             if jid in self.autopilot and order is not None and order.settled is None:
                 if order.kind == "shrink":
                     keep = [h for h in job.hosts if h not in job.leaving]
-                    core.answer_shrink(jid, order.order_id, keep[-order.count :], self.now)
+                    core.handle(ShrinkAnswered(self.now, jid, order.order_id, tuple(keep[-order.count :])))
                 else:
-                    core.answer_grow(jid, order.order_id, list(job.hosts), self.now)
+                    core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(list(job.hosts))))
             if jid in self.autopilot and job.leaving:
-                core.hosts_gone(jid, sorted(job.leaving), self.now)
+                core.handle(HostsGone(self.now, jid, tuple(sorted(job.leaving))))
             assert job.start_time is not None
             if self.now >= job.start_time + self.runtime[jid]:
-                core.exited(jid, self.now, 0, None)
+                core.handle(Exited(self.now, jid, 0, None))
         for jid in sorted(self.ending):
-            core.exited(jid, self.now, None, 15)
+            core.handle(Exited(self.now, jid, None, 15))
         self.ending.clear()
         self.schedule()
 
@@ -289,7 +305,7 @@ class PolicyMachine(RuleBasedStateMachine):
             cands = [j for j in self.live() if self.core.job(j).leaving]
             if cands:
                 jid = data.draw(st.sampled_from(cands))
-                self.core.hosts_gone(jid, sorted(self.core.job(jid).leaving), self.now)
+                self.core.handle(HostsGone(self.now, jid, tuple(sorted(self.core.job(jid).leaving))))
                 self.schedule()
             return
         open_ = [j for j in self.live() if (o := self.core.job(j).order) is not None and o.settled is None]
@@ -300,18 +316,18 @@ class PolicyMachine(RuleBasedStateMachine):
         order = job.order
         assert order is not None
         if how == "refuse":
-            self.core.refuse_order(jid, order.order_id, self.now, "no")
+            self.core.handle(OrderRefused(self.now, jid, order.order_id, "no"))
         elif how == "defer":
-            self.core.refuse_order(jid, order.order_id, self.now, defer=data.draw(st.sampled_from([1.0, 15.0])))
+            self.core.handle(OrderDeferred(self.now, jid, order.order_id, data.draw(st.sampled_from([1.0, 15.0]))))
         elif how == "deadline":
-            self.core.order_deadline_passed(jid, order.order_id, self.now)
+            self.core.handle(OrderDeadline(self.now, jid, order.order_id))
         elif order.kind == "shrink":
             keep = [h for h in job.hosts if h not in job.leaving]
             hosts = data.draw(st.permutations(keep))[: order.count]
-            actions = self.core.answer_shrink(jid, order.order_id, list(hosts), self.now)
+            actions = self.core.handle(ShrinkAnswered(self.now, jid, order.order_id, tuple(list(hosts))))
             assert [type(a) for a in actions] == [Reclaim]
         else:
-            self.core.answer_grow(jid, order.order_id, list(job.hosts), self.now)
+            self.core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(list(job.hosts))))
         self.schedule()
 
     @rule(data=st.data(), count=st.integers(-2, 4))
@@ -324,9 +340,9 @@ class PolicyMachine(RuleBasedStateMachine):
         job = self.core.job(jid)
         if count > 0:
             if not job.malleable_ready:
-                self.core.set_registered(jid, True, self.now)
+                self.core.handle(Registered(self.now, jid))
             try:
-                self.core.request_nodes(jid, count, self.now)
+                self.core.handle(NodesRequested(self.now, jid, count))
             except OrderRejected as exc:
                 assert exc.code == "bad_request"
         else:
@@ -334,13 +350,13 @@ class PolicyMachine(RuleBasedStateMachine):
             if room < 1 or job.order is not None:
                 return
             keep = [h for h in job.hosts if h not in job.leaving]
-            self.core.release_hosts(jid, keep[: min(room, 1 - count)], self.now)
+            self.core.handle(HostsReleased(self.now, jid, tuple(keep[: min(room, 1 - count)])))
         self.schedule()
 
     @rule(data=st.data(), how=st.sampled_from(["exit", "cancel", "limit", "pending", "none", "none"]))
     def end(self, data: st.DataObject, how: str) -> None:
         if how == "pending" and self.core.pending_ids:
-            self.core.cancel(data.draw(st.sampled_from(self.core.pending_ids)), self.now)
+            self.core.handle(CancelRequested(self.now, data.draw(st.sampled_from(self.core.pending_ids))))
             self.schedule()
             return
         cands = self.live()
@@ -348,9 +364,9 @@ class PolicyMachine(RuleBasedStateMachine):
             return
         jid = data.draw(st.sampled_from(cands))
         if how == "exit":
-            self.core.exited(jid, self.now, 0, None)
+            self.core.handle(Exited(self.now, jid, 0, None))
         else:
-            actions = self.core.cancel(jid, self.now) if how == "cancel" else self.core.time_limit_reached(jid, self.now)
+            actions = self.core.handle(CancelRequested(self.now, jid)) if how == "cancel" else self.core.handle(LimitReached(self.now, jid))
             assert [type(a) for a in actions] == [Terminate]
             self.ending.add(jid)
         self.schedule()
@@ -360,7 +376,7 @@ class PolicyMachine(RuleBasedStateMachine):
     def ended(self, data: st.DataObject) -> None:
         jid = data.draw(st.sampled_from(sorted(self.ending)))
         self.ending.discard(jid)
-        self.core.exited(jid, self.now, None, 15)
+        self.core.handle(Exited(self.now, jid, None, 15))
         self.schedule()
 
     # ---- invariants ----

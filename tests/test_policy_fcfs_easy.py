@@ -8,11 +8,12 @@ Time limits are in Slurm form (a bare int is minutes, "M:SS" is minutes and seco
 from __future__ import annotations
 
 import pytest
-
+from core_support import submit as submit_spec
 from elastic_protocol.jobspec import JobKind, JobSpec
 
-from elasticd.core.actions import Action, Launch, Terminate
+from elasticd.core.actions import Action, ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import CancelRequested, Exited, LimitReached, PassDue
 from elasticd.core.states import JobState
 from elasticd.policies import make_policy
 
@@ -34,19 +35,19 @@ def cluster(policy: str, n: int = 4) -> Core:
 
 def submit(core: Core, now: float, name: str, nodes: int | dict[str, int], limit: int | str | None = None,
            kind: JobKind | None = None) -> int:
-    return core.submit(spec(name, nodes, limit, kind), now).job_id
+    return submit_spec(core, spec(name, nodes, limit, kind), now).job_id
 
 
 def starts(actions: list[Action]) -> list[tuple[int, tuple[str, ...]]]:
     """(job id, hosts) of every Launch, in the order the core issued them."""
-    assert all(isinstance(a, Launch) for a in actions), actions
+    assert all(isinstance(a, (Launch, ArmLimit)) for a in actions), actions
     return [(a.job_id, a.hosts) for a in actions if isinstance(a, Launch)]
 
 
 def end(core: Core, job_id: int, now: float) -> list[tuple[int, tuple[str, ...]]]:
     """The job exits cleanly at `now`; return what the following scheduling pass starts."""
-    core.exited(job_id, now, 0, 0)
-    return starts(core.schedule(now))
+    core.handle(Exited(now, job_id, 0, 0))
+    return starts(core.handle(PassDue(now)))
 
 
 # ---- the 4-node example: A 3 nodes 10 min, B 2 nodes, C 1 node 5 min -------------------
@@ -58,8 +59,8 @@ def test_fcfs_blocks_every_job_behind_a_head_that_does_not_fit() -> None:
     b = submit(core, 0, "B", 2, limit=10)
     c = submit(core, 0, "C", 1, limit=5)
     # C would fit on the idle node, but FCFS keeps it behind B.
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2", "n3"))]
-    assert starts(core.schedule(300)) == []
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2", "n3"))]
+    assert starts(core.handle(PassDue(300))) == []
     assert end(core, a, 600) == [(b, ("n1", "n2")), (c, ("n3",))]
     assert core.job(b).start_time == 600 and core.job(c).start_time == 600
 
@@ -70,7 +71,7 @@ def test_easy_backfills_short_job_that_ends_before_head_reservation() -> None:
     a = submit(core, 0, "A", 3, limit=10)
     b = submit(core, 0, "B", 2, limit=10)
     c = submit(core, 0, "C", 1, limit=5)
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2", "n3")), (c, ("n4",))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2", "n3")), (c, ("n4",))]
     assert end(core, c, 300) == []  # one node free, B needs two
     assert end(core, a, 600) == [(b, ("n1", "n2"))]
     assert (core.job(b).start_time, core.job(c).start_time) == (600, 0)
@@ -84,9 +85,9 @@ def test_easy_backfill_without_extra_nodes_must_end_by_the_head_reservation(
     core = cluster("easy")
     submit(core, 0, "A", 3, limit=10)
     submit(core, 0, "B", 4)
-    core.schedule(0)
+    core.handle(PassDue(0))
     c = submit(core, 100, "C", 1, limit=limit)
-    assert starts(core.schedule(100)) == ([(c, ("n4",))] if backfilled else [])
+    assert starts(core.handle(PassDue(100))) == ([(c, ("n4",))] if backfilled else [])
 
 
 def test_easy_backfills_long_job_into_nodes_the_head_will_not_need() -> None:
@@ -95,7 +96,7 @@ def test_easy_backfills_long_job_into_nodes_the_head_will_not_need() -> None:
     a = submit(core, 0, "A", 2, limit=10)
     b = submit(core, 0, "B", 3)
     c = submit(core, 0, "C", 1)  # unlimited
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2")), (c, ("n3",))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2")), (c, ("n3",))]
     # C is still running, and B starts at its reservation all the same.
     assert end(core, a, 600) == [(b, ("n1", "n2", "n4"))]
 
@@ -106,7 +107,7 @@ def test_easy_refuses_a_backfill_that_would_delay_the_head() -> None:
     a = submit(core, 0, "A", 2, limit=10)
     b = submit(core, 0, "B", 3)
     c = submit(core, 0, "C", 2, limit=20)
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2"))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2"))]
     assert end(core, a, 600) == [(b, ("n1", "n2", "n3"))]
     assert core.job(c).state is JobState.PENDING
 
@@ -117,7 +118,7 @@ def test_easy_long_backfills_share_the_spare_nodes() -> None:
     submit(core, 0, "B", 3)
     c = submit(core, 0, "C", 1)
     d = submit(core, 0, "D", 1)  # would fit on the last idle node, but it is B's
-    assert [jid for jid, _ in starts(core.schedule(0))] == [1, c]
+    assert [jid for jid, _ in starts(core.handle(PassDue(0)))] == [1, c]
     assert core.job(d).state is JobState.PENDING
 
 
@@ -128,7 +129,7 @@ def test_easy_counts_jobs_started_in_the_same_pass_toward_the_head_reservation()
     submit(core, 0, "B", 3)
     submit(core, 0, "C", 2)  # unlimited, 2 nodes: more than the spare one
     d = submit(core, 0, "D", 1)  # unlimited, 1 node: fits the spare one
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2")), (d, ("n3",))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2")), (d, ("n3",))]
 
 
 def test_easy_treats_unlimited_running_jobs_as_never_ending() -> None:
@@ -139,7 +140,7 @@ def test_easy_treats_unlimited_running_jobs_as_never_ending() -> None:
     b = submit(core, 0, "B", 4)
     c = submit(core, 0, "C", 1)
     d = submit(core, 0, "D", 1, limit=1)
-    assert starts(core.schedule(0)) == [(u, ("n1", "n2")), (d, ("n3",))]
+    assert starts(core.handle(PassDue(0))) == [(u, ("n1", "n2")), (d, ("n3",))]
     assert end(core, d, 60) == []
     assert end(core, u, 1000) == [(b, ("n1", "n2", "n3", "n4"))]
     assert end(core, b, 1100) == [(c, ("n1",))]
@@ -152,7 +153,7 @@ def test_easy_backfills_into_spare_nodes_even_when_the_head_has_no_reservation_t
     b = submit(core, 0, "B", 3)
     c = submit(core, 0, "C", 1)
     d = submit(core, 0, "D", 1)
-    assert starts(core.schedule(0)) == [(u, ("n1", "n2")), (c, ("n3",))]
+    assert starts(core.handle(PassDue(0))) == [(u, ("n1", "n2")), (c, ("n3",))]
     assert end(core, u, 1000) == [(b, ("n1", "n2", "n4"))]
     assert core.job(d).state is JobState.PENDING
 
@@ -162,11 +163,11 @@ def test_easy_reservation_comes_from_finite_limits_only() -> None:
     core = cluster("easy")
     submit(core, 0, "U", 1)
     submit(core, 0, "R", 2, limit=10)
-    core.schedule(0)
+    core.handle(PassDue(0))
     submit(core, 0, "B", 3)
     c = submit(core, 0, "C", 1, limit=15)  # ends at 900: after the reservation
     d = submit(core, 0, "D", 1, limit=5)  # ends at 300: before it
-    assert starts(core.schedule(0)) == [(d, ("n4",))]
+    assert starts(core.handle(PassDue(0))) == [(d, ("n4",))]
     assert core.job(c).state is JobState.PENDING
 
 
@@ -174,13 +175,13 @@ def test_easy_counts_the_nodes_of_a_job_being_ended_as_back_now() -> None:
     core = cluster("easy")
     u = submit(core, 0, "U", 3)
     b = submit(core, 0, "B", 2)
-    core.schedule(0)
-    assert core.cancel(u, 10) == [Terminate(u, ("n1", "n2", "n3"), JobState.CANCELLED)]
+    core.handle(PassDue(0))
+    assert core.handle(CancelRequested(10, u)) == [Terminate(u, ("n1", "n2", "n3"), JobState.CANCELLED)]
     # B can start as soon as U is gone and will need 2 of the 4 nodes: 2 spare.
     c = submit(core, 10, "C", 1)
-    assert starts(core.schedule(10)) == [(c, ("n4",))]
-    core.exited(u, 12, None, 15)
-    assert starts(core.schedule(12)) == [(b, ("n1", "n2"))]
+    assert starts(core.handle(PassDue(10))) == [(c, ("n4",))]
+    core.handle(Exited(12, u, None, 15))
+    assert starts(core.handle(PassDue(12))) == [(b, ("n1", "n2"))]
 
 
 @pytest.mark.parametrize("ending_limit", [None, 20])
@@ -200,13 +201,13 @@ def test_easy_backfill_never_delays_head_when_an_ending_job_sorts_after_a_runnin
     r = submit(core, 0, "R", 1, limit="1:40")
     e = submit(core, 0, "E", 2, limit=ending_limit)
     h = submit(core, 0, "H", 3)
-    assert [jid for jid, _ in starts(core.schedule(0))] == [r, e]
-    assert len(core.cancel(e, 10)) == 1
-    assert starts(core.schedule(10)) == []
+    assert [jid for jid, _ in starts(core.handle(PassDue(0)))] == [r, e]
+    assert len(core.handle(CancelRequested(10, e))) == 1
+    assert starts(core.handle(PassDue(10))) == []
     b = submit(core, 20, "B", 1)
-    assert starts(core.schedule(20)) == [], "B takes the node H needs once E is gone"
-    core.exited(e, 25, None, 15)
-    assert starts(core.schedule(25)) == [(h, ("n2", "n3", "n4"))]
+    assert starts(core.handle(PassDue(20))) == [], "B takes the node H needs once E is gone"
+    core.handle(Exited(25, e, None, 15))
+    assert starts(core.handle(PassDue(25))) == [(h, ("n2", "n3", "n4"))]
     assert core.job(b).state is JobState.PENDING
 
 
@@ -223,10 +224,10 @@ def test_easy_counts_every_job_ending_at_the_shadow_time_toward_spare_nodes() ->
     a = submit(core, 0, "A", 2, limit=10)
     b = submit(core, 0, "B", 2, limit=10)
     h = submit(core, 0, "H", 3)
-    assert [jid for jid, _ in starts(core.schedule(0))] == [a, b]
+    assert [jid for jid, _ in starts(core.handle(PassDue(0)))] == [a, b]
     c = submit(core, 1, "C", 1)
-    assert starts(core.schedule(1)) == [(c, ("n5",))]
-    core.exited(a, 600, 0, 0)
+    assert starts(core.handle(PassDue(1))) == [(c, ("n5",))]
+    core.handle(Exited(600, a, 0, 0))
     assert end(core, b, 600) == [(h, ("n1", "n2", "n3"))]
 
 
@@ -235,7 +236,7 @@ def test_easy_uses_a_moldable_heads_minimum_for_its_reservation() -> None:
     a = submit(core, 0, "A", 2, limit=10)
     m = submit(core, 0, "M", {"min": 3, "max": 4})
     c = submit(core, 0, "C", 1)  # spare node at 600: 4 free, M needs at least 3
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2")), (c, ("n3",))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2")), (c, ("n3",))]
     assert end(core, a, 600) == [(m, ("n1", "n2", "n4"))]
 
 
@@ -244,7 +245,7 @@ def test_easy_caps_a_long_moldable_backfill_to_the_spare_nodes() -> None:
     submit(core, 0, "A", 2, limit=10)
     submit(core, 0, "B", 3)
     m = submit(core, 0, "M", {"min": 1, "max": 2})  # unlimited: only the 1 spare node
-    assert starts(core.schedule(0))[1:] == [(m, ("n3",))]
+    assert starts(core.handle(PassDue(0)))[1:] == [(m, ("n3",))]
 
 
 def test_easy_lets_a_short_moldable_backfill_take_every_free_node() -> None:
@@ -252,7 +253,7 @@ def test_easy_lets_a_short_moldable_backfill_take_every_free_node() -> None:
     submit(core, 0, "A", 2, limit=10)
     submit(core, 0, "B", 3)
     m = submit(core, 0, "M", {"min": 1, "max": 4}, limit=5)  # gone by 600
-    assert starts(core.schedule(0))[1:] == [(m, ("n3", "n4"))]
+    assert starts(core.handle(PassDue(0)))[1:] == [(m, ("n3", "n4"))]
 
 
 # ---- both policies -------------------------------------------------------------------
@@ -262,7 +263,7 @@ def test_easy_lets_a_short_moldable_backfill_take_every_free_node() -> None:
 def test_jobs_that_fit_start_in_submit_order_in_one_pass(policy: str) -> None:
     core = cluster(policy)
     ids = [submit(core, t, name, n) for t, name, n in [(0, "A", 1), (1, "B", 2), (2, "C", 1), (3, "D", 1)]]
-    assert starts(core.schedule(3)) == [
+    assert starts(core.handle(PassDue(3))) == [
         (ids[0], ("n1",)), (ids[1], ("n2", "n3")), (ids[2], ("n4",)),
     ]
     assert core.pending_ids == [ids[3]]
@@ -273,7 +274,7 @@ def test_moldable_job_starts_on_min_of_its_max_and_the_free_nodes(policy: str) -
     core = cluster(policy)
     submit(core, 0, "A", 1)
     m = submit(core, 0, "M", {"min": 2, "max": 8})
-    assert starts(core.schedule(0))[1:] == [(m, ("n2", "n3", "n4"))]
+    assert starts(core.handle(PassDue(0)))[1:] == [(m, ("n2", "n3", "n4"))]
 
 
 @BOTH
@@ -281,7 +282,7 @@ def test_moldable_job_takes_only_its_max_when_more_nodes_are_free(policy: str) -
     core = cluster(policy)
     m = submit(core, 0, "M", {"min": 1, "max": 2, "preferred": 1})
     other = submit(core, 0, "O", 2)
-    assert starts(core.schedule(0)) == [(m, ("n1", "n2")), (other, ("n3", "n4"))]
+    assert starts(core.handle(PassDue(0))) == [(m, ("n1", "n2")), (other, ("n3", "n4"))]
 
 
 @BOTH
@@ -289,7 +290,7 @@ def test_moldable_head_waits_until_its_minimum_is_free(policy: str) -> None:
     core = cluster(policy)
     a = submit(core, 0, "A", 3, limit=10)
     m = submit(core, 0, "M", {"min": 2, "max": 4})
-    assert starts(core.schedule(0)) == [(a, ("n1", "n2", "n3"))]
+    assert starts(core.handle(PassDue(0))) == [(a, ("n1", "n2", "n3"))]
     assert end(core, a, 600) == [(m, ("n1", "n2", "n3", "n4"))]
 
 
@@ -298,7 +299,7 @@ def test_malleable_job_starts_as_wide_as_it_may_like_a_moldable_one(policy: str)
     """Neither policy resizes, so a malleable job starts on min(max, free) nodes."""
     core = cluster(policy)
     j = submit(core, 0, "J", {"min": 1, "max": 3}, kind=JobKind.MALLEABLE)
-    assert starts(core.schedule(0)) == [(j, ("n1", "n2", "n3"))]
+    assert starts(core.handle(PassDue(0))) == [(j, ("n1", "n2", "n3"))]
 
 
 @BOTH
@@ -306,7 +307,7 @@ def test_evolving_job_starts_at_its_minimum(policy: str) -> None:
     """An evolving job asks for more nodes itself, so it is started on its minimum."""
     core = cluster(policy)
     j = submit(core, 0, "J", {"min": 2, "max": 4}, kind=JobKind.EVOLVING)
-    assert starts(core.schedule(0)) == [(j, ("n1", "n2"))]
+    assert starts(core.handle(PassDue(0))) == [(j, ("n1", "n2"))]
 
 
 @BOTH
@@ -314,9 +315,9 @@ def test_time_limit_frees_nodes_for_the_waiting_head_once_the_job_is_gone(policy
     core = cluster(policy)
     a = submit(core, 0, "A", 4, limit=1)
     b = submit(core, 0, "B", 4)
-    core.schedule(0)
-    assert core.time_limit_reached(a, 60) == [Terminate(a, ("n1", "n2", "n3", "n4"), JobState.TIMEOUT)]
-    assert starts(core.schedule(60)) == []
-    core.exited(a, 61, None, 9)
-    assert starts(core.schedule(61)) == [(b, ("n1", "n2", "n3", "n4"))]
+    core.handle(PassDue(0))
+    assert core.handle(LimitReached(60, a)) == [Terminate(a, ("n1", "n2", "n3", "n4"), JobState.TIMEOUT)]
+    assert starts(core.handle(PassDue(60))) == []
+    core.handle(Exited(61, a, None, 9))
+    assert starts(core.handle(PassDue(61))) == [(b, ("n1", "n2", "n3", "n4"))]
     assert core.job(a).state is JobState.TIMEOUT

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from core_support import submit
 from elastic_protocol.jobspec import (
     JobKind,
     JobSpec,
@@ -25,6 +26,15 @@ from pydantic import ValidationError
 
 from elasticd.core.actions import Launch, SendOrder
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    HostsReleased,
+    NodesRequested,
+    PassDue,
+    Registered,
+)
 from elasticd.policies import make_policy
 from elasticd.policies.base import Grow, PendingView, RunningView, Snapshot, Start
 from elasticd.policies.fit import base_fit, compact
@@ -88,16 +98,16 @@ def test_through_the_core_the_fit_grants_the_declared_growth_and_then_starts_the
     core = Core([f"n{i}" for i in range(1, 5)], make_policy("fit"))
     spec = JobSpec(name="e", command=["x"], nodes={"min": 2, "max": 4}, kind=EV,
                    evolution=[{"duration": "1:40", "nodes": 2}, {"duration": "1:40", "nodes": 4}])
-    a = core.submit(spec, 0.0)
-    b = core.submit(spec, 0.0)
-    assert core.schedule(0.0) == [Launch(a.job_id, ("n1", "n2"))]
-    core.set_registered(a.job_id, True, 1.0)
-    core.request_nodes(a.job_id, 2, 100.0)
-    (order,) = [x for x in core.schedule(100.0) if isinstance(x, SendOrder)]
+    a = submit(core, spec, 0.0)
+    b = submit(core, spec, 0.0)
+    assert core.handle(PassDue(0.0)) == [Launch(a.job_id, ("n1", "n2"))]
+    core.handle(Registered(1.0, a.job_id))
+    core.handle(NodesRequested(100.0, a.job_id, 2))
+    (order,) = [x for x in core.handle(PassDue(100.0)) if isinstance(x, SendOrder)]
     assert (order.kind, order.count) == ("grow", 2)
-    core.answer_grow(a.job_id, order.order_id, a.hosts, 100.0)
-    core.exited(a.job_id, 200.0, 0, 0)
-    assert core.schedule(200.0) == [Launch(b.job_id, ("n1", "n2"))]
+    core.handle(GrowAnswered(100.0, a.job_id, order.order_id, tuple(a.hosts)))
+    core.handle(Exited(200.0, a.job_id, 0, 0))
+    assert core.handle(PassDue(200.0)) == [Launch(b.job_id, ("n1", "n2"))]
 
 
 def test_an_open_request_keeps_its_nodes_in_the_plan() -> None:
@@ -151,14 +161,14 @@ def test_a_bad_evolution_is_named_in_one_line(fields: dict[str, object], problem
 def test_the_snapshot_carries_model_evolution_submit_time_and_size_history() -> None:
     core = Core([f"n{i}" for i in range(1, 5)], make_policy("fcfs"))
     model = PerfModel(speedup="amdahl:0.1", work=100.0)
-    e = core.submit(spec(kind="evolving", model=model, evolution=[{"duration": 1, "nodes": 2}]), 5.0)
+    e = submit(core, spec(kind="evolving", model=model, evolution=[{"duration": 1, "nodes": 2}]), 5.0)
     (view,) = core.snapshot(5.0).pending
     assert (view.model, view.evolution, view.start_nodes) == (model, ((60.0, 2),), 2)
-    assert core.schedule(6.0) == [Launch(e.job_id, ("n1", "n2"))]
-    core.set_registered(e.job_id, True, 6.0)
-    core.request_nodes(e.job_id, 1, 7.0)
-    (order,) = [x for x in core.schedule(7.0) if isinstance(x, SendOrder)]
-    core.answer_grow(e.job_id, order.order_id, e.hosts, 8.0)
+    assert core.handle(PassDue(6.0)) == [Launch(e.job_id, ("n1", "n2"))]
+    core.handle(Registered(6.0, e.job_id))
+    core.handle(NodesRequested(7.0, e.job_id, 1))
+    (order,) = [x for x in core.handle(PassDue(7.0)) if isinstance(x, SendOrder)]
+    core.handle(GrowAnswered(8.0, e.job_id, order.order_id, tuple(e.hosts)))
     (run,) = core.snapshot(9.0).running
     assert (run.submit_time, run.model, run.history) == (5.0, model, ((6.0, 2), (8.0, 3)))
 
@@ -173,20 +183,20 @@ def test_two_waiting_requests_are_served_oldest_first_as_nodes_come_back(policy:
     overtaken by anyone and gets them when E1 gives 2 back."""
     core = Core([f"n{i}" for i in range(1, 7)], make_policy(policy))
     spec = JobSpec(name="e", command=["x"], nodes={"min": 2, "max": 4}, kind=EV)
-    e1, e2 = core.submit(spec, 0.0), core.submit(spec, 0.0)
-    r = core.submit(JobSpec(name="r", command=["x"], nodes=2), 0.0)
-    assert [a.job_id for a in core.schedule(0.0)] == [e1.job_id, e2.job_id, r.job_id]
+    e1, e2 = submit(core, spec, 0.0), submit(core, spec, 0.0)
+    r = submit(core, JobSpec(name="r", command=["x"], nodes=2), 0.0)
+    assert [a.job_id for a in core.handle(PassDue(0.0))] == [e1.job_id, e2.job_id, r.job_id]
     for e in (e1, e2):
-        core.set_registered(e.job_id, True, 0.5)
-    core.request_nodes(e1.job_id, 2, 1.0)
-    core.request_nodes(e2.job_id, 2, 2.0)
-    assert core.schedule(2.0) == []
-    core.exited(r.job_id, 10.0, 0, 0)
-    (order,) = [a for a in core.schedule(10.0) if isinstance(a, SendOrder)]
+        core.handle(Registered(0.5, e.job_id))
+    core.handle(NodesRequested(1.0, e1.job_id, 2))
+    core.handle(NodesRequested(2.0, e2.job_id, 2))
+    assert core.handle(PassDue(2.0)) == []
+    core.handle(Exited(10.0, r.job_id, 0, 0))
+    (order,) = [a for a in core.handle(PassDue(10.0)) if isinstance(a, SendOrder)]
     assert (order.job_id, order.kind, order.count) == (e1.job_id, "grow", 2)
-    core.answer_grow(e1.job_id, order.order_id, e1.hosts, 10.0)
-    assert core.schedule(11.0) == []
-    core.release_hosts(e1.job_id, e1.hosts[-2:], 20.0)
-    core.hosts_gone(e1.job_id, e1.hosts[-2:], 20.0)
-    (order,) = [a for a in core.schedule(20.0) if isinstance(a, SendOrder)]
+    core.handle(GrowAnswered(10.0, e1.job_id, order.order_id, tuple(e1.hosts)))
+    assert core.handle(PassDue(11.0)) == []
+    core.handle(HostsReleased(20.0, e1.job_id, tuple(e1.hosts[-2:])))
+    core.handle(HostsGone(20.0, e1.job_id, tuple(e1.hosts[-2:])))
+    (order,) = [a for a in core.handle(PassDue(20.0)) if isinstance(a, SendOrder)]
     assert (order.job_id, order.kind, order.count) == (e2.job_id, "grow", 2)

@@ -8,14 +8,32 @@ answered, processes end, and only then are nodes free.
 from __future__ import annotations
 
 import pytest
-
+from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
 
 from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder
 from elasticd.core.engine import Core
+from elasticd.core.events import (
+    CancelRequested,
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    OrderDeferred,
+    OrderRefused,
+    PassDue,
+    Registered,
+    ShrinkAnswered,
+)
 from elasticd.core.job import Job
 from elasticd.policies import make_policy
-from elasticd.policies.base import Grow, PendingView, RunningView, Shrink, Snapshot, Start
+from elasticd.policies.base import (
+    Grow,
+    PendingView,
+    RunningView,
+    Shrink,
+    Snapshot,
+    Start,
+)
 from elasticd.policies.malleable import MalleableMinAgree
 
 M = JobKind.MALLEABLE
@@ -321,76 +339,76 @@ def order_of(actions: list[Action]) -> SendOrder:
 
 
 def grown_to_max(core: Core, job: Job, now: float) -> None:
-    core.set_registered(job.job_id, True, now)
-    o = order_of(core.schedule(now))
+    core.handle(Registered(now, job.job_id))
+    o = order_of(core.handle(PassDue(now)))
     assert o.kind == "grow"
-    core.answer_grow(job.job_id, o.order_id, job.hosts, now)
+    core.handle(GrowAnswered(now, job.job_id, o.order_id, tuple(job.hosts)))
 
 
 def test_through_the_core_a_malleable_job_grows_shrinks_for_a_rigid_one_and_grows_back() -> None:
     core = cluster(8)
-    a = core.submit(malleable(2, 8), 0.0)
-    assert core.schedule(0.0) == [Launch(a.job_id, ("n1", "n2"))]  # at its minimum
-    assert core.schedule(0.5) == []  # not registered yet: nothing to grow
-    core.set_registered(a.job_id, True, 1.0)
-    actions = core.schedule(1.0)
+    a = submit(core, malleable(2, 8), 0.0)
+    assert core.handle(PassDue(0.0)) == [Launch(a.job_id, ("n1", "n2"))]  # at its minimum
+    assert core.handle(PassDue(0.5)) == []  # not registered yet: nothing to grow
+    core.handle(Registered(1.0, a.job_id))
+    actions = core.handle(PassDue(1.0))
     assert actions == [
         LaunchJoining(a.job_id, ("n3", "n4", "n5", "n6", "n7", "n8"), tuple(f"n{i}" for i in range(1, 9))),
         SendOrder(a.job_id, 1, "grow", 6, ("n3", "n4", "n5", "n6", "n7", "n8"), 30.0),
     ]
-    core.answer_grow(a.job_id, 1, a.hosts, 2.0)
+    core.handle(GrowAnswered(2.0, a.job_id, 1, tuple(a.hosts)))
 
-    r = core.submit(rigid(3), 5.0)
-    assert core.schedule(5.0) == []  # A was resized at 2: not again before 12
-    assert core.schedule(12.0) == [SendOrder(a.job_id, 2, "shrink", 3, (), 30.0)]
-    assert core.answer_shrink(a.job_id, 2, ["n8", "n2", "n5"], 13.0) == [Reclaim(a.job_id, ("n8", "n2", "n5"), 0.0)]
-    assert core.schedule(13.0) == []  # promised back: no second shrink, nothing to start yet
-    core.hosts_gone(a.job_id, ["n8", "n2", "n5"], 14.0)
-    assert core.schedule(14.0) == [Launch(r.job_id, ("n2", "n5", "n8"))]
+    r = submit(core, rigid(3), 5.0)
+    assert core.handle(PassDue(5.0)) == []  # A was resized at 2: not again before 12
+    assert core.handle(PassDue(12.0)) == [SendOrder(a.job_id, 2, "shrink", 3, (), 30.0)]
+    assert core.handle(ShrinkAnswered(13.0, a.job_id, 2, tuple(["n8", "n2", "n5"]))) == [Reclaim(a.job_id, ("n8", "n2", "n5"), 0.0)]
+    assert core.handle(PassDue(13.0)) == []  # promised back: no second shrink, nothing to start yet
+    core.handle(HostsGone(14.0, a.job_id, tuple(["n8", "n2", "n5"])))
+    assert core.handle(PassDue(14.0)) == [Launch(r.job_id, ("n2", "n5", "n8"))]
     assert a.size == 5 and a.last_resize == 14.0
 
-    core.exited(r.job_id, 20.0, 0, 0)
-    assert core.schedule(20.0) == []  # 14 + 10 > 20
-    assert order_of(core.schedule(24.0)) == SendOrder(a.job_id, 3, "grow", 3, ("n2", "n5", "n8"), 30.0)
+    core.handle(Exited(20.0, r.job_id, 0, 0))
+    assert core.handle(PassDue(20.0)) == []  # 14 + 10 > 20
+    assert order_of(core.handle(PassDue(24.0))) == SendOrder(a.job_id, 3, "grow", 3, ("n2", "n5", "n8"), 30.0)
 
 
 def test_through_the_core_a_job_being_ended_is_counted_and_nothing_is_shrunk() -> None:
     core = cluster(4, interval=0.0)
-    a = core.submit(malleable(1, 2), 0.0)
-    x = core.submit(rigid(2), 0.0)
-    core.schedule(0.0)
+    a = submit(core, malleable(1, 2), 0.0)
+    x = submit(core, rigid(2), 0.0)
+    core.handle(PassDue(0.0))
     grown_to_max(core, a, 0.0)
-    r = core.submit(rigid(2), 1.0)
-    core.cancel(x.job_id, 1.0)
-    assert core.schedule(1.0) == []  # X's 2 nodes are on their way back
-    core.exited(x.job_id, 2.0, None, 15)
-    assert core.schedule(2.0) == [Launch(r.job_id, ("n2", "n3"))]
+    r = submit(core, rigid(2), 1.0)
+    core.handle(CancelRequested(1.0, x.job_id))
+    assert core.handle(PassDue(1.0)) == []  # X's 2 nodes are on their way back
+    core.handle(Exited(2.0, x.job_id, None, 15))
+    assert core.handle(PassDue(2.0)) == [Launch(r.job_id, ("n2", "n3"))]
 
 
 def test_through_the_core_a_refused_shrink_is_ordered_again_only_after_the_refusal_back_off() -> None:
     """An application that refuses is not asked again on every pass (Core.refuse_backoff)."""
     core = cluster(4, interval=10.0)
-    a = core.submit(malleable(1, 4), 0.0)
-    core.schedule(0.0)
+    a = submit(core, malleable(1, 4), 0.0)
+    core.handle(PassDue(0.0))
     grown_to_max(core, a, 0.0)
-    core.submit(rigid(1), 20.0)
-    o = order_of(core.schedule(20.0))
-    core.refuse_order(a.job_id, o.order_id, 21.0, "busy")
+    submit(core, rigid(1), 20.0)
+    o = order_of(core.handle(PassDue(20.0)))
+    core.handle(OrderRefused(21.0, a.job_id, o.order_id, "busy"))
     assert core.refuse_backoff == 10.0
-    assert core.schedule(30.9) == []
-    assert order_of(core.schedule(31.0)).kind == "shrink"
+    assert core.handle(PassDue(30.9)) == []
+    assert order_of(core.handle(PassDue(31.0))).kind == "shrink"
 
 
 def test_through_the_core_a_deferring_job_is_left_alone_until_its_deferral_ends() -> None:
     core = cluster(4, interval=0.0)
-    a = core.submit(malleable(1, 4), 0.0)
-    core.schedule(0.0)
+    a = submit(core, malleable(1, 4), 0.0)
+    core.handle(PassDue(0.0))
     grown_to_max(core, a, 0.0)
-    core.submit(rigid(1), 20.0)
-    o = order_of(core.schedule(20.0))
-    core.refuse_order(a.job_id, o.order_id, 21.0, defer=30.0)
-    assert core.schedule(50.9) == []
-    assert order_of(core.schedule(51.0)).kind == "shrink"
+    submit(core, rigid(1), 20.0)
+    o = order_of(core.handle(PassDue(20.0)))
+    core.handle(OrderDeferred(21.0, a.job_id, o.order_id, 30.0))
+    assert core.handle(PassDue(50.9)) == []
+    assert order_of(core.handle(PassDue(51.0))).kind == "shrink"
 
 
 def test_through_the_core_no_second_shrink_is_ordered_while_the_first_is_unanswered() -> None:
@@ -401,19 +419,19 @@ def test_through_the_core_no_second_shrink_is_ordered_while_the_first_is_unanswe
     Regression: `Core.snapshot` once counted only hosts already leaving.
     """
     core = cluster(5, interval=0.0)
-    a = core.submit(malleable(1, 3), 0.0)
-    b = core.submit(malleable(1, 2), 0.0)
-    core.schedule(0.0)
-    core.set_registered(a.job_id, True, 0.0)
-    core.set_registered(b.job_id, True, 0.0)
-    for o in [x for x in core.schedule(0.0) if isinstance(x, SendOrder)]:
-        core.answer_grow(o.job_id, o.order_id, core.job(o.job_id).hosts, 0.0)
+    a = submit(core, malleable(1, 3), 0.0)
+    b = submit(core, malleable(1, 2), 0.0)
+    core.handle(PassDue(0.0))
+    core.handle(Registered(0.0, a.job_id))
+    core.handle(Registered(0.0, b.job_id))
+    for o in [x for x in core.handle(PassDue(0.0)) if isinstance(x, SendOrder)]:
+        core.handle(GrowAnswered(0.0, o.job_id, o.order_id, tuple(core.job(o.job_id).hosts)))
     assert (a.size, b.size, core.nodes.free_count) == (3, 2, 0)
 
-    core.submit(rigid(1), 1.0)
-    assert core.schedule(1.0) == [SendOrder(a.job_id, 3, "shrink", 1, (), 30.0)]
+    submit(core, rigid(1), 1.0)
+    assert core.handle(PassDue(1.0)) == [SendOrder(a.job_id, 3, "shrink", 1, (), 30.0)]
     # A has not answered yet; the waiting job is already covered by A's order.
-    assert core.schedule(2.0) == []
+    assert core.handle(PassDue(2.0)) == []
 
 
 def test_through_the_core_idle_nodes_owed_to_a_waiting_job_are_not_given_away_during_its_shrink() -> None:
@@ -421,18 +439,18 @@ def test_through_the_core_idle_nodes_owed_to_a_waiting_job_are_not_given_away_du
     the waiting job would count as unsatisfiable, so no longer "owed", and the idle node it
     needs would be grown into B; when A's nodes come back the job is short again."""
     core = cluster(6, interval=0.0)
-    a = core.submit(malleable(1, 4), 0.0)
-    core.schedule(0.0)
+    a = submit(core, malleable(1, 4), 0.0)
+    core.handle(PassDue(0.0))
     grown_to_max(core, a, 0.0)  # n1..n4
-    b = core.submit(malleable(1, 3), 1.0)
-    assert core.schedule(1.0) == [Launch(b.job_id, ("n5",))]  # B not registered yet
-    r = core.submit(rigid(3), 2.0)
-    assert core.schedule(2.0) == [SendOrder(a.job_id, 2, "shrink", 2, (), 30.0)]  # 1 idle + 2
-    core.set_registered(b.job_id, True, 3.0)
-    assert core.schedule(3.0) == []  # n6 is R's, not B's
-    core.answer_shrink(a.job_id, 2, ["n3", "n4"], 4.0)
-    core.hosts_gone(a.job_id, ["n3", "n4"], 5.0)
-    assert core.schedule(5.0) == [Launch(r.job_id, ("n3", "n4", "n6"))]
+    b = submit(core, malleable(1, 3), 1.0)
+    assert core.handle(PassDue(1.0)) == [Launch(b.job_id, ("n5",))]  # B not registered yet
+    r = submit(core, rigid(3), 2.0)
+    assert core.handle(PassDue(2.0)) == [SendOrder(a.job_id, 2, "shrink", 2, (), 30.0)]  # 1 idle + 2
+    core.handle(Registered(3.0, b.job_id))
+    assert core.handle(PassDue(3.0)) == []  # n6 is R's, not B's
+    core.handle(ShrinkAnswered(4.0, a.job_id, 2, tuple(["n3", "n4"])))
+    core.handle(HostsGone(5.0, a.job_id, tuple(["n3", "n4"])))
+    assert core.handle(PassDue(5.0)) == [Launch(r.job_id, ("n3", "n4", "n6"))]
 
 
 def test_through_the_core_a_backfilled_job_does_not_take_the_node_owed_to_a_job_whose_shrink_is_in_flight() -> None:
@@ -441,21 +459,21 @@ def test_through_the_core_a_backfilled_job_does_not_take_the_node_owed_to_a_job_
     (FAILS today): S is started on n6, the head H's idle node; B, shrunk for H instead,
     refuses, and H is left waiting behind S although A's shrink alone covered it."""
     core = cluster(6, interval=0.0)
-    a = core.submit(malleable(1, 3), 0.0)
-    b = core.submit(malleable(1, 2), 0.0)
-    core.schedule(0.0)
-    core.set_registered(a.job_id, True, 0.0)
-    core.set_registered(b.job_id, True, 0.0)
-    for o in [x for x in core.schedule(0.0) if isinstance(x, SendOrder)]:
-        core.answer_grow(o.job_id, o.order_id, core.job(o.job_id).hosts, 0.0)
+    a = submit(core, malleable(1, 3), 0.0)
+    b = submit(core, malleable(1, 2), 0.0)
+    core.handle(PassDue(0.0))
+    core.handle(Registered(0.0, a.job_id))
+    core.handle(Registered(0.0, b.job_id))
+    for o in [x for x in core.handle(PassDue(0.0)) if isinstance(x, SendOrder)]:
+        core.handle(GrowAnswered(0.0, o.job_id, o.order_id, tuple(core.job(o.job_id).hosts)))
     assert (a.size, b.size, core.nodes.free_count) == (3, 2, 1)
-    h = core.submit(rigid(2), 1.0)
-    assert core.schedule(1.0) == [SendOrder(a.job_id, 3, "shrink", 1, (), 30.0)]
-    s = core.submit(JobSpec(name="s", command=["true"], nodes=1, time_limit=10), 2.0)
-    actions = core.schedule(2.0)
+    h = submit(core, rigid(2), 1.0)
+    assert core.handle(PassDue(1.0)) == [SendOrder(a.job_id, 3, "shrink", 1, (), 30.0)]
+    s = submit(core, JobSpec(name="s", command=["true"], nodes=1, time_limit=10), 2.0)
+    actions = core.handle(PassDue(2.0))
     assert not [x for x in actions if isinstance(x, Launch)], f"{s.job_id} backfilled onto H's node"
     for o in [x for x in actions if isinstance(x, SendOrder)]:
-        core.refuse_order(o.job_id, o.order_id, 2.5, "busy")
-    core.answer_shrink(a.job_id, 3, ["n4"], 3.0)
-    core.hosts_gone(a.job_id, ["n4"], 4.0)
-    assert [x for x in core.schedule(4.0) if isinstance(x, Launch)] == [Launch(h.job_id, ("n4", "n6"))]
+        core.handle(OrderRefused(2.5, o.job_id, o.order_id, "busy"))
+    core.handle(ShrinkAnswered(3.0, a.job_id, 3, tuple(["n4"])))
+    core.handle(HostsGone(4.0, a.job_id, tuple(["n4"])))
+    assert [x for x in core.handle(PassDue(4.0)) if isinstance(x, Launch)] == [Launch(h.job_id, ("n4", "n6"))]

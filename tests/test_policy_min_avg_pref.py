@@ -6,12 +6,14 @@ from __future__ import annotations
 import heapq
 
 import pytest
+from core_support import submit
+from elastic_protocol.jobspec import JobKind, JobSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from elastic_protocol.jobspec import JobKind, JobSpec
 
 from elasticd.core.actions import Launch, SendOrder
 from elasticd.core.engine import Core
+from elasticd.core.events import CancelRequested, GrowAnswered, PassDue, Registered
 from elasticd.policies import make_policy
 from elasticd.policies.base import (
     Grow,
@@ -163,18 +165,18 @@ def test_rigid_moldable_and_evolving_jobs_start_as_under_easy() -> None:
 
 def test_keeppref_through_the_core_shrinks_only_down_to_the_preferred_size() -> None:
     core = Core([f"n{i}" for i in range(1, 7)], make_policy("keeppref", {"min_resize_interval": 0}))
-    a = core.submit(JobSpec(name="a", command=["x"], nodes={"min": 1, "max": 6, "preferred": 2}, kind=M), 0.0)
-    assert core.schedule(0.0) == [Launch(a.job_id, ("n1", "n2"))]
-    core.set_registered(a.job_id, True, 0.0)
-    grow = [x for x in core.schedule(1.0) if isinstance(x, SendOrder)]
+    a = submit(core, JobSpec(name="a", command=["x"], nodes={"min": 1, "max": 6, "preferred": 2}, kind=M), 0.0)
+    assert core.handle(PassDue(0.0)) == [Launch(a.job_id, ("n1", "n2"))]
+    core.handle(Registered(0.0, a.job_id))
+    grow = [x for x in core.handle(PassDue(1.0)) if isinstance(x, SendOrder)]
     assert [(o.kind, o.count) for o in grow] == [("grow", 4)]
-    core.answer_grow(a.job_id, grow[0].order_id, a.hosts, 1.0)
-    r = core.submit(JobSpec(name="r", command=["x"], nodes=5), 2.0)
+    core.handle(GrowAnswered(1.0, a.job_id, grow[0].order_id, tuple(a.hosts)))
+    r = submit(core, JobSpec(name="r", command=["x"], nodes=5), 2.0)
     # Needs 5 of 6; A may go down to 2, giving 4: not enough, so A keeps its 6.
-    assert core.schedule(2.0) == []
-    core.cancel(r.job_id, 2.5)
-    core.submit(JobSpec(name="s", command=["x"], nodes=3), 3.0)
-    (order,) = [x for x in core.schedule(3.0) if isinstance(x, SendOrder)]
+    assert core.handle(PassDue(2.0)) == []
+    core.handle(CancelRequested(2.5, r.job_id))
+    submit(core, JobSpec(name="s", command=["x"], nodes=3), 3.0)
+    (order,) = [x for x in core.handle(PassDue(3.0)) if isinstance(x, SendOrder)]
     assert (order.kind, order.count) == ("shrink", 3)
 
 

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.control import Resize, Submit
 from elastic_protocol.jobspec import JobSpec
-
-from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from test_malleability import app_log, finish, pid_of, recorder_job
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
+from conftest import BIN
 from elastic_apps.models import Amdahl
 
-from conftest import BIN
 from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
 from elasticd.policies import make_policy
 from elasticd.sim.simulator import JobOutcome, simulate

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from elastic_protocol.control import Queue, Status
-
 from conftest import RunningDaemon, wait_until, write_job
+from elastic_protocol.control import Queue, Status
 from test_auth import secret_job
 
 pytestmark = pytest.mark.timeout(90)

@@ -7,10 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from elastic_apps.models import Amdahl, ReconfigCost, Rho, parse_speedup, predicted_runtime
-
 from conftest import RunningDaemon, write_job
+from elastic_apps.models import (
+    Amdahl,
+    ReconfigCost,
+    Rho,
+    parse_speedup,
+    predicted_runtime,
+)
 from test_malleability import resize
 
 

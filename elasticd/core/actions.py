@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elasticd.core.events import OrderKind
 from elasticd.core.states import JobState
 
 
@@ -36,7 +37,7 @@ class LaunchJoining:
 class SendOrder:
     job_id: int
     order_id: int
-    kind: str  # "shrink" | "grow"
+    kind: OrderKind
     count: int
     hosts: tuple[str, ...]  # the new hosts of a grow; empty for a shrink
     deadline_s: float
@@ -45,11 +46,20 @@ class SendOrder:
 @dataclass(frozen=True, slots=True)
 class Reclaim:
     """Make sure no process of the job is left on these hosts: let them exit on their own
-    for `grace` seconds, then end them; report with Core.hosts_gone."""
+    for `grace` seconds, then end them; report with a HostsGone event."""
 
     job_id: int
     hosts: tuple[str, ...]
     grace: float
 
 
-Action = Launch | Terminate | LaunchJoining | SendOrder | Reclaim
+@dataclass(frozen=True, slots=True)
+class ArmLimit:
+    """The job's time limit falls at `at` (seconds, the driver's clock): feed LimitReached
+    then. Time limits are the core's rule, so both clocks end a job at the same instant."""
+
+    job_id: int
+    at: float
+
+
+Action = Launch | Terminate | LaunchJoining | SendOrder | Reclaim | ArmLimit

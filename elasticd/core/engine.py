@@ -1,21 +1,55 @@
 """The state machine that both the daemon and the simulator drive.
 
-Every method takes `now` from its caller and returns the actions to carry out; nothing here
-waits, sleeps or does I/O. Nodes are handed back only when the driver reports that a job's
-processes on them are gone (`exited`, `hosts_gone`), never when an end is merely asked for.
+Events come in through one entry point, `Core.handle`, each with the time it happened; what
+comes out is the list of actions the driver must carry out. Nothing here waits, sleeps or
+does I/O. An event the core cannot accept (an application naming hosts it does not hold, a
+user resizing a rigid job) raises before anything changed, so a driver can answer it with an
+error and carry on. Nodes are handed back only when the driver reports that a job's processes
+on them are gone (Exited, HostsGone), never when an end is merely asked for.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
 
-from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.events import (
+    SIZE_CHANGES,
+    CancelRequested,
+    Cause,
+    Event,
+    Exited,
+    GrowAnswered,
+    HostsGone,
+    HostsReleased,
+    JobEventKind,
+    JobLost,
+    Launched,
+    LaunchFailed,
+    LimitReached,
+    NodeDown,
+    NodesRequested,
+    NodeUp,
+    OrderDeadline,
+    OrderDeferred,
+    OrderKind,
+    OrderRefused,
+    OrderUndeliverable,
+    PassDue,
+    Registered,
+    ResizeRequested,
+    ShrinkAnswered,
+    StopRequested,
+    Submitted,
+    Unregistered,
+)
 from elasticd.core.job import Job
 from elasticd.core.nodes import NodeTable
-from elasticd.core.orders import Order
+from elasticd.core.orders import Order, Settlement
 from elasticd.core.states import JobState
 from elasticd.errors import (
     InvalidTransition,
@@ -37,7 +71,7 @@ from elasticd.policies.base import (
 )
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
-_SIZE_EVENTS = frozenset({"started", "grown", "shrunk", "released"})
+K = JobEventKind
 
 
 def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
@@ -48,7 +82,7 @@ def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
     events = job.events
     seen = job._history_seen
     if seen != len(events):
-        new = tuple((e.time, e.nodes) for e in events[seen:] if e.event in _SIZE_EVENTS)
+        new = tuple((e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES)
         if new:
             job._history += new
         job._history_seen = len(events)
@@ -77,28 +111,72 @@ class Core:
         # snapshot is then one C-level copy, not a loop over a queue thousands deep.
         self._pending: dict[int, PendingView] = {}
         self._active: dict[int, None] = {}
-        # Policy views of running jobs, rebuilt only after the job changed (any mutating
-        # call goes through job() or _touch()) or its deferral expired: a pass per event
-        # on a 4,000-node trace must not rebuild every running job's view each time.
+        # Policy views of running jobs, rebuilt only after the job changed (every change goes
+        # through _mut or _touch) or its deferral expired: a pass per event on a 4,000-node
+        # trace must not rebuild every running job's view each time.
         self._views: dict[int, tuple[RunningView, float]] = {}
-        # Jobs that may have changed since the driver last took them (take_changed): what a
-        # journal writes. Every mutation goes through job(), _touch() or submit().
+        # Jobs changed since the driver last took them (take_changed): what a journal writes.
         self._changed: set[int] = set()
+        self._handlers: dict[type, Callable[[Any], list[Action]]] = {
+            Submitted: self._submitted,
+            CancelRequested: self._cancel,
+            ResizeRequested: self._resize,
+            StopRequested: self._stop_all,
+            PassDue: self._pass,
+            Launched: self._launched,
+            LaunchFailed: self._launch_failed,
+            Exited: self._exited,
+            HostsGone: self._hosts_gone,
+            JobLost: self._lost,
+            LimitReached: self._limit_reached,
+            Registered: self._registered,
+            Unregistered: self._unregistered,
+            ShrinkAnswered: self._shrink_answered,
+            GrowAnswered: self._grow_answered,
+            OrderRefused: self._refused,
+            OrderDeferred: self._deferred,
+            OrderDeadline: self._deadline,
+            OrderUndeliverable: self._undeliverable,
+            NodesRequested: self._nodes_requested,
+            HostsReleased: self._hosts_released,
+            NodeDown: self._node_down,
+            NodeUp: self._node_up,
+        }
 
-    # ---- queries -------------------------------------------------------------------
+    # ---- the one entry point -----------------------------------------------------------
+    def handle(self, event: Event) -> list[Action]:
+        """Apply one event; the actions the driver must carry out, in order.
+
+        Raises (JobRejected, ResizeRejected, OrderRejected, UnknownJob) when the event cannot
+        be accepted; nothing has changed then. InvalidTransition and PolicyError are bugs in
+        a driver or a policy."""
+        try:
+            handler = self._handlers[type(event)]
+        except KeyError:
+            raise TypeError(f"not a core event: {event!r}") from None
+        return handler(event)
+
+    # ---- reading ---------------------------------------------------------------------------
     def job(self, job_id: int) -> Job:
-        """The job, for reading or changing it (its cached policy view is dropped)."""
-        self._views.pop(job_id, None)
-        self._changed.add(job_id)
+        """The job, for reading: reading never marks it changed."""
         try:
             return self.jobs[job_id]
         except KeyError:
             raise UnknownJob(f"no job {job_id}") from None
 
-    def _touch(self, job_id: int) -> Job | None:
+    def _mut(self, job_id: int) -> Job:
+        """The job, about to be changed: its cached view is dropped and the journal told."""
+        job = self.job(job_id)
         self._views.pop(job_id, None)
         self._changed.add(job_id)
-        return self.jobs.get(job_id)
+        return job
+
+    def _touch(self, job_id: int) -> Job | None:
+        self._views.pop(job_id, None)
+        if job_id not in self.jobs:
+            return None
+        self._changed.add(job_id)
+        return self.jobs[job_id]
 
     def take_changed(self) -> list[Job]:
         """The jobs changed since the last call (in id order), for the driver to save."""
@@ -109,42 +187,13 @@ class Core:
         return [self.jobs[j] for j in ids if j in self.jobs]
 
     @property
+    def next_job_id(self) -> int:
+        """The id the next Submitted event must carry."""
+        return self._next_id
+
+    @property
     def next_order_id(self) -> int:
         return self._next_order
-
-    def restore(self, jobs: list[Job], next_order: int, now: float) -> list[int]:
-        """Take back the jobs a previous daemon saved, before anything else happens.
-
-        Pending jobs keep their queue order (job id order, as submitted) and new ids
-        continue after the highest one. Jobs that held nodes hold the same ones again but
-        are not ready for orders until their application reconnects and registers. Returns
-        the ids of such jobs whose nodes are not part of this cluster any more: the driver
-        ends them (`lost`).
-        """
-        misplaced: list[int] = []
-        for job in sorted(jobs, key=lambda j: j.job_id):
-            self.jobs[job.job_id] = job
-            self._next_id = max(self._next_id, job.job_id + 1)
-            if job.state is JobState.PENDING:
-                self._pending[job.job_id] = self._pending_view(job)
-            elif job.state.holds_nodes:
-                self._active[job.job_id] = None
-                job.malleable_ready = False
-                job.record(now, "recovered", "daemon restarted")
-                try:
-                    self.nodes.claim(job.job_id, job.hosts)
-                except (KeyError, InvalidTransition):
-                    job.hosts = []
-                    misplaced.append(job.job_id)
-        self._next_order = max(self._next_order, next_order)
-        return misplaced
-
-    def lost(self, job_id: int, now: float, why: str) -> None:
-        """None of the job's processes is left and how they ended is unknown (NODE_FAIL)."""
-        job = self.job(job_id)
-        if not job.state.holds_nodes:
-            raise InvalidTransition(f"job {job_id}: lost while {job.state.value}")
-        self._finish(job, now, JobState.NODE_FAIL, None, None, why)
 
     @property
     def pending_ids(self) -> list[int]:
@@ -215,6 +264,7 @@ class Core:
     def _running_view(self, j: Job, now: float) -> RunningView:
         lo, hi, pref = j.bounds
         assert j.start_time is not None
+        o = j.order
         return RunningView(
             job_id=j.job_id,
             kind=j.kind,
@@ -227,11 +277,11 @@ class Core:
             malleable_ready=self.policy_may_order(j, now),
             last_resize=j.last_resize,
             ending=j.ending_as is not None,
-            resizing=j.order is not None or bool(j.leaving),
+            resizing=o is not None or bool(j.leaving),
             requested=j.requested,
             requested_at=j.requested_at,
             leaving=len(j.leaving),
-            shrinking=j.order.count if j.order and j.order.kind == "shrink" and not j.order.settled else 0,
+            shrinking=o.count if o is not None and o.kind is OrderKind.SHRINK and o.settled is None else 0,
             submit_time=j.submit_time,
             model=j.spec.model,
             evolution=j.spec.evolution_steps,
@@ -245,6 +295,47 @@ class Core:
             j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit, j.spec.model, j.spec.evolution_steps
         )
 
+    # ---- recovery --------------------------------------------------------------------------
+    def restore(self, jobs: list[Job], next_order: int, now: float, next_job_id: int = 1) -> list[Action]:
+        """Take back the jobs a previous daemon saved, before any event is handled.
+
+        Not an event: it rebuilds the state the events had made. Pending jobs keep their
+        queue order (job id order, as submitted); new ids continue after the highest one and
+        after `next_job_id` (ids are never reused, even for jobs no longer saved). Jobs that
+        held nodes hold the same ones again but are not ready for orders until their
+        application reconnects and registers; one whose nodes are not part of this cluster
+        any more ends NODE_FAIL. Returns the time limits to arm again.
+        """
+        actions: list[Action] = []
+        self._next_id = max(self._next_id, next_job_id)
+        for job in sorted(jobs, key=lambda j: j.job_id):
+            self.jobs[job.job_id] = job
+            self._changed.add(job.job_id)
+            self._next_id = max(self._next_id, job.job_id + 1)
+            if job.state is JobState.PENDING:
+                self._pending[job.job_id] = self._pending_view(job)
+            elif job.state.holds_nodes:
+                self._active[job.job_id] = None
+                job.malleable_ready = False
+                job.record(now, K.RECOVERED, Cause.DAEMON, "daemon restarted")
+                try:
+                    self.nodes.claim(job.job_id, job.hosts)
+                except (KeyError, InvalidTransition):
+                    job.hosts = []
+                    self._finish(job, now, JobState.NODE_FAIL, None, None,
+                                 "its nodes are not part of the restarted daemon's cluster", Cause.DAEMON)
+                    continue
+                actions.extend(self._limit_of(job))
+        self._next_order = max(self._next_order, next_order)
+        return actions
+
+    def _lost(self, ev: JobLost) -> list[Action]:
+        job = self._mut(ev.job_id)
+        if not job.state.holds_nodes:
+            raise InvalidTransition(f"job {ev.job_id}: lost while {job.state.value}")
+        self._finish(job, ev.time, JobState.NODE_FAIL, None, None, ev.why, ev.cause)
+        return []
+
     # ---- submission and scheduling ---------------------------------------------------
     def check_fits(self, spec: JobSpec) -> None:
         """Reject at submit time what could never start here, one problem per line."""
@@ -255,107 +346,128 @@ class Core:
                 [f"{field}: {lo} nodes requested but the cluster has {self.nodes.total}"]
             )
 
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        self.check_fits(spec)
-        job = Job(job_id=self._next_id, spec=spec, submit_time=now)
-        self._next_id += 1
+    def _submitted(self, ev: Submitted) -> list[Action]:
+        if ev.job_id < self._next_id or ev.job_id in self.jobs:
+            raise InvalidTransition(f"submitted as job {ev.job_id}; the next id is {self._next_id}")
+        self.check_fits(ev.spec)
+        job = Job(job_id=ev.job_id, spec=ev.spec, submit_time=ev.time)
+        self._next_id = ev.job_id + 1
         self.jobs[job.job_id] = job
         self._pending[job.job_id] = self._pending_view(job)
         self._changed.add(job.job_id)
-        job.record(now, "submitted")
-        return job
+        job.record(ev.time, K.SUBMITTED, ev.cause)
+        return []
 
-    def schedule(self, now: float) -> list[Action]:
-        """Ask the policy, then carry its decisions out; call after any event."""
+    def _pass(self, ev: PassDue) -> list[Action]:
+        """Ask the policy, check its decisions as a whole, then carry them out."""
         if not self._pending and not self._active:
             return []
+        now = ev.time
         decisions = self.policy.decide(self.snapshot(now))
+        self._check_pass(decisions, now)
         actions: list[Action] = []
         for d in decisions:
-            actions.extend(self._apply(d, now))
+            if isinstance(d, Start):
+                actions.extend(self._start(d, now))
+            elif isinstance(d, Shrink):
+                actions.extend(self._order_shrink(d.job_id, d.by, now, Cause.POLICY))
+            else:
+                actions.extend(self._order_grow(d.job_id, d.by, now, Cause.POLICY))
         return actions
 
-    def _apply(self, d: Decision, now: float) -> list[Action]:
-        if isinstance(d, Start):
-            return self._start(d, now)
-        if isinstance(d, Shrink):
-            return self._order_shrink(d, now)
-        if isinstance(d, Grow):
-            return self._order_grow(d, now)
-        raise PolicyError(f"{self.policy.name}: unknown decision {d!r}")
+    def _check_pass(self, decisions: list[Decision], now: float) -> None:
+        """Raise PolicyError, before anything is applied, if any decision of the pass cannot
+        be carried out after the ones before it: a pass is applied whole or not at all."""
+        name = self.policy.name
+        free = self.nodes.free_count
+        decided: set[int] = set()
+        for d in decisions:
+            jid = d.job_id
+            if jid in decided:
+                raise PolicyError(f"{name}: two decisions for job {jid} in one pass")
+            decided.add(jid)
+            job = self.jobs.get(jid)
+            if isinstance(d, Start):
+                if job is None or jid not in self._pending:
+                    raise PolicyError(f"{name}: start of job {jid}, which is not pending")
+                lo, hi, _ = job.bounds
+                if not lo <= d.nodes <= hi:
+                    raise PolicyError(f"{name}: job {jid} started on {d.nodes} nodes, outside {lo}..{hi}")
+                if d.nodes > free:
+                    raise PolicyError(f"{name}: job {jid} started on {d.nodes} nodes, {free} free")
+                free -= d.nodes
+            elif isinstance(d, (Shrink, Grow)):
+                what = "shrink" if isinstance(d, Shrink) else "grow"
+                if job is None or jid not in self._active:
+                    raise PolicyError(f"{name}: {what} of job {jid}, which is not running")
+                if job.kind not in RESIZABLE or not self.policy_may_order(job, now):
+                    raise PolicyError(f"{name}: {what} of job {jid}, which cannot take an order now")
+                lo, hi, _ = job.bounds
+                if isinstance(d, Shrink):
+                    if not 1 <= d.by <= job.size - lo:
+                        raise PolicyError(f"{name}: shrink of job {jid} by {d.by} from {job.size} (min {lo})")
+                else:
+                    if not 1 <= d.by <= min(hi - job.size, free):
+                        raise PolicyError(
+                            f"{name}: grow of job {jid} by {d.by} from {job.size} (max {hi}, {free} free)")
+                    free -= d.by
+            else:
+                raise PolicyError(f"{name}: unknown decision {d!r}")
+
+    def _limit_of(self, job: Job) -> list[Action]:
+        limit = job.time_limit
+        if limit is None or job.start_time is None:
+            return []
+        return [ArmLimit(job.job_id, job.start_time + limit)]
 
     def _start(self, d: Start, now: float) -> list[Action]:
-        job = self._touch(d.job_id)
-        if job is None or job.state is not JobState.PENDING:
-            raise PolicyError(f"{self.policy.name}: start of job {d.job_id}, which is not pending")
-        lo, hi, _ = job.bounds
-        if not lo <= d.nodes <= hi:
-            raise PolicyError(
-                f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, outside {lo}..{hi}"
-            )
-        if d.nodes > self.nodes.free_count:
-            raise PolicyError(
-                f"{self.policy.name}: job {d.job_id} started on {d.nodes} nodes, "
-                f"{self.nodes.free_count} free"
-            )
+        job = self._mut(d.job_id)
         job.hosts = self.nodes.allocate(job.job_id, d.nodes)
         job.state = JobState.RUNNING
         job.start_time = now
         job.account(now)
         del self._pending[job.job_id]
         self._active[job.job_id] = None
-        job.record(now, "started")
-        return [Launch(job.job_id, tuple(job.hosts))]
+        job.record(now, K.STARTED, Cause.POLICY)
+        return [Launch(job.job_id, tuple(job.hosts)), *self._limit_of(job)]
 
-    def _resizable(self, job_id: int, what: str, now: float, by_user: bool = False) -> Job:
-        job = self._touch(job_id)
-        if job is None or job_id not in self._active:
-            raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which is not running")
-        may = self.can_take_order if by_user else self.policy_may_order
-        if job.kind not in RESIZABLE or not may(job, now):
-            raise PolicyError(f"{self.policy.name}: {what} of job {job_id}, which cannot take an order now")
-        return job
+    def _launched(self, ev: Launched) -> list[Action]:
+        job = self._mut(ev.job_id)
+        if job.state.holds_nodes and not job.launched:
+            job.launched = True
+            job.record(ev.time, K.LAUNCHED, ev.cause)
+        return []
 
-    def _order_shrink(self, d: Shrink, now: float, by_user: bool = False) -> list[Action]:
-        job = self._resizable(d.job_id, "shrink", now, by_user)
-        lo, _hi, _ = job.bounds
-        if not 1 <= d.by <= job.size - lo:
-            raise PolicyError(
-                f"{self.policy.name}: shrink of job {d.job_id} by {d.by} from {job.size} (min {lo})"
-            )
-        order = self._new_order(job, "shrink", d.by, (), now)
-        job.record(now, "shrink_ordered", f"order {order.order_id}: shrink by {d.by}")
-        return [SendOrder(job.job_id, order.order_id, "shrink", d.by, (), self.order_deadline)]
+    def _order_shrink(self, job_id: int, by: int, now: float, cause: Cause) -> list[Action]:
+        job = self._mut(job_id)
+        order = self._new_order(job, OrderKind.SHRINK, by, (), now)
+        job.record(now, K.SHRINK_ORDERED, cause, f"order {order.order_id}: shrink by {by}")
+        return [SendOrder(job.job_id, order.order_id, OrderKind.SHRINK, by, (), self.order_deadline)]
 
-    def _order_grow(self, d: Grow, now: float, by_user: bool = False) -> list[Action]:
-        job = self._resizable(d.job_id, "grow", now, by_user)
-        _lo, hi, _ = job.bounds
-        if not 1 <= d.by <= min(hi - job.size, self.nodes.free_count):
-            raise PolicyError(
-                f"{self.policy.name}: grow of job {d.job_id} by {d.by} from {job.size} "
-                f"(max {hi}, {self.nodes.free_count} free)"
-            )
+    def _order_grow(self, job_id: int, by: int, now: float, cause: Cause) -> list[Action]:
+        job = self._mut(job_id)
         job.account(now)
-        new = tuple(self.nodes.allocate(job.job_id, d.by))
+        new = tuple(self.nodes.allocate(job.job_id, by))
         job.hosts.extend(new)
         if job.requested:
-            job.requested = max(0, job.requested - d.by)
-        order = self._new_order(job, "grow", d.by, new, now)
-        job.record(now, "grow_ordered", f"order {order.order_id}: grow by {d.by}")
+            job.requested = max(0, job.requested - by)
+        order = self._new_order(job, OrderKind.GROW, by, new, now)
+        job.record(now, K.GROW_ORDERED, cause, f"order {order.order_id}: grow by {by}")
         return [
             LaunchJoining(job.job_id, new, tuple(job.hosts)),
-            SendOrder(job.job_id, order.order_id, "grow", d.by, new, self.order_deadline),
+            SendOrder(job.job_id, order.order_id, OrderKind.GROW, by, new, self.order_deadline),
         ]
 
-    def _new_order(self, job: Job, kind: str, count: int, new: tuple[str, ...], now: float) -> Order:
+    def _new_order(self, job: Job, kind: OrderKind, count: int, new: tuple[str, ...], now: float) -> Order:
         order = Order(self._next_order, job.job_id, kind, count, new, now, now + self.order_deadline)
         self._next_order += 1
         job.order = order
         job.state = JobState.RESIZING
         return order
 
-    def resize(self, job_id: int, nodes: int, now: float) -> list[Action]:
+    def _resize(self, ev: ResizeRequested) -> list[Action]:
         """A user's order (not a policy's): same checks, the problem said in words."""
+        job_id, nodes, now = ev.job_id, ev.nodes, ev.time
         job = self.job(job_id)
         lo, hi, _ = job.bounds
         if job.kind not in RESIZABLE:
@@ -367,32 +479,34 @@ class Core:
         if not lo <= nodes <= hi:
             raise ResizeRejected(f"job {job_id} runs on {lo} to {hi} nodes, not {nodes}")
         if nodes < job.size:
-            return self._order_shrink(Shrink(job_id, job.size - nodes), now, by_user=True)
+            return self._order_shrink(job_id, job.size - nodes, now, ev.cause)
         if nodes > job.size:
             if nodes - job.size > self.nodes.free_count:
                 raise ResizeRejected(f"only {self.nodes.free_count} nodes are free")
-            return self._order_grow(Grow(job_id, nodes - job.size), now, by_user=True)
+            return self._order_grow(job_id, nodes - job.size, now, ev.cause)
         return []
 
     # ---- the application's side of an order -----------------------------------------
-    def _current_order(self, job: Job, order_id: int, kind: str | None = None) -> Order:
+    def _current_order(self, job: Job, order_id: int, kind: OrderKind | None = None) -> Order:
         order = job.order
         if order is None or order.order_id != order_id or order.settled is not None:
             raise OrderRejected("unknown_order", f"order {order_id} is not open for job {job.job_id}")
-        if kind is not None and order.kind != kind:
-            raise OrderRejected("unknown_order", f"order {order_id} is a {order.kind}, not a {kind}")
+        if kind is not None and order.kind is not kind:
+            raise OrderRejected("unknown_order", f"order {order_id} is a {order.kind.value}, not a {kind.value}")
         return order
 
-    def answer_shrink(self, job_id: int, order_id: int, hosts: list[str], now: float) -> list[Action]:
+    def _shrink_answered(self, ev: ShrinkAnswered) -> list[Action]:
         """The application released these hosts: end what is left of the job there."""
-        job = self.job(job_id)
-        order = self._current_order(job, order_id, "shrink")
+        job = self.job(ev.job_id)
+        order = self._current_order(job, ev.order_id, OrderKind.SHRINK)
+        hosts = list(ev.hosts)
         if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
             raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
         self._check_own_hosts(job, hosts)
-        order.settled = "shrunk"
+        self._mut(ev.job_id)
+        order.settled = Settlement.SHRUNK
         job.leaving.update(hosts)
-        return [Reclaim(job_id, tuple(hosts), 0.0)]
+        return [Reclaim(ev.job_id, tuple(hosts), 0.0)]
 
     def _check_own_hosts(self, job: Job, hosts: list[str]) -> None:
         """Reject naming a host the job does not hold, or is already giving back."""
@@ -401,58 +515,76 @@ class Core:
         if foreign:
             raise OrderRejected("bad_hosts", f"not hosts of job {job.job_id}: {' '.join(foreign)}")
 
-    def answer_grow(self, job_id: int, order_id: int, hosts: list[str], now: float) -> None:
+    def _grow_answered(self, ev: GrowAnswered) -> list[Action]:
         """The application runs on every host of the job, the new ones included."""
-        job = self.job(job_id)
-        order = self._current_order(job, order_id, "grow")
+        job = self.job(ev.job_id)
+        order = self._current_order(job, ev.order_id, OrderKind.GROW)
+        hosts = list(ev.hosts)
         if hosts != job.hosts and sorted(hosts) != sorted(job.hosts):
             raise OrderRejected(
                 "bad_hosts", f"grow: name every host the job now uses: {' '.join(job.hosts)}"
             )
+        self._mut(ev.job_id)
         job.order = None
         job.state = JobState.RUNNING
-        job.last_resize = now
-        job.record(now, "grown", f"order {order.order_id}: +{order.count}")
+        job.last_resize = ev.time
+        job.record(ev.time, K.GROWN, ev.cause, f"order {order.order_id}: +{order.count}")
+        return []
 
-    def refuse_order(
-        self, job_id: int, order_id: int, now: float, reason: str = "", defer: float | None = None
-    ) -> list[Action]:
-        job = self.job(job_id)
-        order = self._current_order(job, order_id)
-        if defer is not None:
-            job.no_orders_until = now + defer
-            job.record(now, "deferred", f"order {order_id}: {defer:g} s")
-            return self._drop_order(job, order, "deferred", now)
-        job.record(now, "refused", f"order {order_id}: {reason}".strip())
-        job.refused_until = now + self.refuse_backoff
-        return self._drop_order(job, order, "refused", now)
+    def _refused(self, ev: OrderRefused) -> list[Action]:
+        job = self.job(ev.job_id)
+        order = self._current_order(job, ev.order_id)
+        self._mut(ev.job_id)
+        job.record(ev.time, K.REFUSED, ev.cause, f"order {ev.order_id}: {ev.reason}".strip())
+        job.refused_until = ev.time + self.refuse_backoff
+        return self._drop_order(job, order, Settlement.REFUSED)
 
-    def order_deadline_passed(self, job_id: int, order_id: int, now: float) -> list[Action]:
-        """No answer in time: the daemon decides for the application."""
-        job = self._touch(job_id)
+    def _deferred(self, ev: OrderDeferred) -> list[Action]:
+        job = self.job(ev.job_id)
+        order = self._current_order(job, ev.order_id)
+        if not 0 < ev.seconds <= 86400:
+            raise OrderRejected("malformed", "defer: seconds must be in (0, 86400]")
+        self._mut(ev.job_id)
+        job.no_orders_until = ev.time + ev.seconds
+        job.record(ev.time, K.DEFERRED, ev.cause, f"order {ev.order_id}: {ev.seconds:g} s")
+        return self._drop_order(job, order, Settlement.DEFERRED)
+
+    def _open_order(self, job_id: int, order_id: int) -> tuple[Job, Order] | None:
+        """The job and its order, if that order is still open (timers may fire late)."""
+        job = self.jobs.get(job_id)
         if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
+            return None
+        self._mut(job_id)
+        return job, job.order
+
+    def _deadline(self, ev: OrderDeadline) -> list[Action]:
+        """No answer in time: the daemon decides for the application."""
+        found = self._open_order(ev.job_id, ev.order_id)
+        if found is None:
             return []
-        order = job.order
-        if order.kind == "shrink":
+        job, order = found
+        now = ev.time
+        if order.kind is OrderKind.SHRINK:
             keep = [h for h in job.hosts if h not in job.leaving]
             chosen = keep[-order.count :]
-            order.settled = "deadline_missed"
+            order.settled = Settlement.DEADLINE_MISSED
             job.leaving.update(chosen)
-            job.record(now, "deadline_missed", f"order {order_id}: ending the job on {' '.join(chosen)}")
-            return [Reclaim(job_id, tuple(chosen), 0.0)]
-        job.record(now, "deadline_missed", f"order {order_id}: taking back {' '.join(order.new_hosts)}")
-        return self._drop_order(job, order, "deadline_missed", now)
+            job.record(now, K.DEADLINE_MISSED, ev.cause,
+                       f"order {ev.order_id}: ending the job on {' '.join(chosen)}")
+            return [Reclaim(ev.job_id, tuple(chosen), 0.0)]
+        job.record(now, K.DEADLINE_MISSED, ev.cause, f"order {ev.order_id}: taking back {' '.join(order.new_hosts)}")
+        return self._drop_order(job, order, Settlement.DEADLINE_MISSED)
 
-    def order_undeliverable(self, job_id: int, order_id: int, now: float) -> list[Action]:
-        """The application's connection was gone when the order was to be sent or answered."""
-        job = self._touch(job_id)
-        if job is None or job.order is None or job.order.order_id != order_id or job.order.settled:
+    def _undeliverable(self, ev: OrderUndeliverable) -> list[Action]:
+        found = self._open_order(ev.job_id, ev.order_id)
+        if found is None:
             return []
-        job.record(now, "order_failed", f"order {order_id}: application not connected")
-        return self._drop_order(job, job.order, "order_failed", now)
+        job, order = found
+        job.record(ev.time, K.ORDER_FAILED, ev.cause, f"order {ev.order_id}: application not connected")
+        return self._drop_order(job, order, Settlement.ORDER_FAILED)
 
-    def _drop_order(self, job: Job, order: Order, why: str, now: float) -> list[Action]:
-        if order.kind == "grow" and order.new_hosts:
+    def _drop_order(self, job: Job, order: Order, why: Settlement) -> list[Action]:
+        if order.kind is OrderKind.GROW and order.new_hosts:
             order.settled = why
             job.leaving.update(order.new_hosts)
             return [Reclaim(job.job_id, order.new_hosts, 0.0)]
@@ -461,14 +593,15 @@ class Core:
             job.state = JobState.RUNNING
         return []
 
-    def hosts_gone(self, job_id: int, hosts: list[str], now: float) -> None:
+    def _hosts_gone(self, ev: HostsGone) -> list[Action]:
         """The driver verified that no process of the job is left on these hosts."""
-        job = self.job(job_id)
+        job = self._mut(ev.job_id)
         if job.job_id not in self._active:
-            return  # the whole job ended meanwhile; its nodes are already free
-        mine = [h for h in hosts if h in job.leaving]
+            return []  # the whole job ended meanwhile; its nodes are already free
+        now = ev.time
+        mine = [h for h in ev.hosts if h in job.leaving]
         job.account(now)
-        self.nodes.release(job_id, mine)
+        self.nodes.release(job.job_id, mine)
         gone = set(mine)
         k = len(mine)
         if k and job.hosts[-k:] == mine:  # a shrink gives back the hosts it got last
@@ -479,106 +612,119 @@ class Core:
         job.account(now)
         order = job.order
         if order is not None and order.settled and not job.leaving:
-            if order.settled == "shrunk":
-                job.record(now, "shrunk", f"order {order.order_id}: -{order.count}")
+            if order.settled is Settlement.SHRUNK:
+                job.record(now, K.SHRUNK, Cause.APP, f"order {order.order_id}: -{order.count}")
                 job.last_resize = now
-            elif order.settled == "deadline_missed" and order.kind == "shrink":
-                job.record(now, "shrunk", f"order {order.order_id}: -{order.count} (deadline missed)")
+            elif order.settled is Settlement.DEADLINE_MISSED and order.kind is OrderKind.SHRINK:
+                job.record(now, K.SHRUNK, Cause.DAEMON, f"order {order.order_id}: -{order.count} (deadline missed)")
                 job.last_resize = now
             job.order = None
             if job.state is JobState.RESIZING:
                 job.state = JobState.RUNNING
         elif order is None and mine:
-            job.record(now, "released", " ".join(mine))
+            job.record(now, K.RELEASED, ev.cause, " ".join(mine))
             job.last_resize = now
+        return []
 
     # ---- registration and evolving requests ---------------------------------------------
-    def set_registered(self, job_id: int, registered: bool, now: float, final: bool = False) -> None:
-        job = self.job(job_id)
-        if final:
-            job.deregistered = True
-        job.malleable_ready = registered and not job.deregistered
-        job.record(now, "registered" if registered else ("deregistered" if final else "unregistered"))
+    def _registered(self, ev: Registered) -> list[Action]:
+        job = self._mut(ev.job_id)
+        job.malleable_ready = not job.deregistered
+        job.record(ev.time, K.REGISTERED, ev.cause)
+        return []
 
-    def request_nodes(self, job_id: int, count: int, now: float) -> None:
-        job = self.job(job_id)
+    def _unregistered(self, ev: Unregistered) -> list[Action]:
+        job = self._mut(ev.job_id)
+        if ev.final:
+            job.deregistered = True
+        job.malleable_ready = False
+        job.record(ev.time, K.DEREGISTERED if ev.final else K.UNREGISTERED, ev.cause)
+        return []
+
+    def _nodes_requested(self, ev: NodesRequested) -> list[Action]:
+        job = self.job(ev.job_id)
         if job.kind is not JobKind.EVOLVING:
-            raise OrderRejected("bad_request", f"job {job_id} is {job.kind.value}; only evolving jobs request nodes")
+            raise OrderRejected("bad_request", f"job {ev.job_id} is {job.kind.value}; only evolving jobs request nodes")
         _lo, hi, _ = job.bounds
         room = hi - (job.size - len(job.leaving))
-        if count > room:
-            raise OrderRejected("bad_request", f"request {count}: job {job_id} may grow by at most {room}")
-        job.requested = count
-        job.requested_at = now
-        job.record(now, "requested", f"{count} nodes")
+        if ev.count > room:
+            raise OrderRejected("bad_request", f"request {ev.count}: job {ev.job_id} may grow by at most {room}")
+        self._mut(ev.job_id)
+        job.requested = ev.count
+        job.requested_at = ev.time
+        job.record(ev.time, K.REQUESTED, ev.cause, f"{ev.count} nodes")
+        return []
 
-    def release_hosts(self, job_id: int, hosts: list[str], now: float) -> list[Action]:
-        job = self.job(job_id)
+    def _hosts_released(self, ev: HostsReleased) -> list[Action]:
+        job = self.job(ev.job_id)
+        hosts = list(ev.hosts)
         if job.kind is not JobKind.EVOLVING:
-            raise OrderRejected("bad_request", f"job {job_id} is {job.kind.value}; only evolving jobs release nodes")
+            raise OrderRejected("bad_request", f"job {ev.job_id} is {job.kind.value}; only evolving jobs release nodes")
         if job.order is not None:
-            raise OrderRejected("busy", f"job {job_id} has order {job.order.order_id} open; answer it first")
+            raise OrderRejected("busy", f"job {ev.job_id} has order {job.order.order_id} open; answer it first")
         if len(set(hosts)) != len(hosts) or not hosts:
             raise OrderRejected("bad_hosts", "release: name distinct hosts")
         self._check_own_hosts(job, hosts)
         lo, _hi, _ = job.bounds
         if job.size - len(job.leaving) - len(hosts) < lo:
-            raise OrderRejected("bad_hosts", f"release: job {job_id} may not go below {lo} nodes")
+            raise OrderRejected("bad_hosts", f"release: job {ev.job_id} may not go below {lo} nodes")
+        self._mut(ev.job_id)
         job.leaving.update(hosts)
-        return [Reclaim(job_id, tuple(hosts), 0.0)]
+        return [Reclaim(ev.job_id, tuple(hosts), 0.0)]
 
     # ---- ending ----------------------------------------------------------------------------
-    def cancel(self, job_id: int, now: float) -> list[Action]:
-        job = self.job(job_id)
+    def _cancel(self, ev: CancelRequested) -> list[Action]:
+        return self._cancel_job(self._mut(ev.job_id), ev.time, ev.cause, "cancelled by user")
+
+    def _cancel_job(self, job: Job, now: float, cause: Cause, why: str) -> list[Action]:
         if job.state is JobState.PENDING:
-            del self._pending[job_id]
+            del self._pending[job.job_id]
             job.state = JobState.CANCELLED
             job.end_time = now
-            job.reason = "cancelled by user"
-            job.record(now, "cancelled")
+            job.reason = why
+            job.record(now, K.CANCELLED, cause, why)
             return []
         if job.state.holds_nodes:
-            return self._end(job, now, JobState.CANCELLED, "cancelled by user")
+            return self._end(job, now, JobState.CANCELLED, why, cause)
         return []  # already finished: cancelling is a no-op, as scancel on a done job
 
-    def time_limit_reached(self, job_id: int, now: float) -> list[Action]:
-        job = self.job(job_id)
+    def _limit_reached(self, ev: LimitReached) -> list[Action]:
+        job = self._mut(ev.job_id)
         if not job.state.holds_nodes:
             return []
-        return self._end(job, now, JobState.TIMEOUT, "time limit reached")
+        return self._end(job, ev.time, JobState.TIMEOUT, "time limit reached", ev.cause)
 
-    def _end(self, job: Job, now: float, as_state: JobState, why: str) -> list[Action]:
+    def _end(self, job: Job, now: float, as_state: JobState, why: str, cause: Cause) -> list[Action]:
         if job.ending_as is not None:
             return []  # already being ended; the first reason stands
         job.ending_as = as_state
         job.reason = why
-        job.record(now, "ending", why)
+        job.record(now, K.ENDING, cause, why)
         return [Terminate(job.job_id, tuple(job.hosts), as_state)]
 
-    def launch_failed(self, job_id: int, now: float, why: str) -> None:
-        """The driver could not start the job's processes; none of them is left.
-
-        A job cancelled (or timed out) while it was being launched keeps that end state;
-        the launch failure stays visible in its reason.
-        """
-        job = self.job(job_id)
+    def _launch_failed(self, ev: LaunchFailed) -> list[Action]:
+        """A job cancelled (or timed out) while it was being launched keeps that end state;
+        the launch failure stays visible in its reason."""
+        job = self._mut(ev.job_id)
         if not job.state.holds_nodes:
-            raise InvalidTransition(f"job {job_id}: launch failure reported while {job.state.value}")
+            raise InvalidTransition(f"job {ev.job_id}: launch failure reported while {job.state.value}")
         state = job.ending_as or JobState.FAILED
-        self._finish(job, now, state, None, None, f"launch failed: {why}")
+        self._finish(job, ev.time, state, None, None, f"launch failed: {ev.why}", ev.cause)
+        return []
 
-    def exited(self, job_id: int, now: float, exit_code: int | None, signal: int | None) -> None:
+    def _exited(self, ev: Exited) -> list[Action]:
         """All of the job's processes are gone (verified by the driver): free its nodes."""
-        job = self.job(job_id)
+        job = self._mut(ev.job_id)
         if not job.state.holds_nodes:
-            raise InvalidTransition(f"job {job_id} exited while {job.state.value}")
+            raise InvalidTransition(f"job {ev.job_id} exited while {job.state.value}")
         if job.ending_as is not None:
             state = job.ending_as
-        elif exit_code == 0 and not signal:
+        elif ev.exit_code == 0 and not ev.signal:
             state = JobState.COMPLETED
         else:
             state = JobState.FAILED
-        self._finish(job, now, state, exit_code, signal, job.reason)
+        self._finish(job, ev.time, state, ev.exit_code, ev.signal, job.reason, ev.cause)
+        return []
 
     def _finish(
         self,
@@ -588,6 +734,7 @@ class Core:
         exit_code: int | None,
         signal: int | None,
         reason: str | None,
+        cause: Cause,
     ) -> None:
         job.account(now)
         held = self.nodes.release_all(job.job_id)
@@ -595,7 +742,7 @@ class Core:
             raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
         self._active.pop(job.job_id, None)
         if job.order is not None:
-            job.record(now, "order_dropped", f"order {job.order.order_id}: job ended")
+            job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: job ended")
             job.order = None
         job.leaving.clear()
         job.requested = 0
@@ -606,30 +753,28 @@ class Core:
         job.exit_signal = signal
         job.reason = reason
         job.account(now)
-        job.record(now, "ended", f"{state.value} {job.exit_text or ''}".strip())
+        job.record(now, K.ENDED, cause, f"{state.value} {job.exit_text or ''}".strip())
         job.hosts = []
         self._views.pop(job.job_id, None)
 
-    def stop_all(self, now: float) -> list[Action]:
+    def _stop_all(self, ev: StopRequested) -> list[Action]:
         """Daemon shutdown: cancel the queue and end every running job."""
-        for jid in list(self._pending):
-            self.cancel(jid, now)
-            self.jobs[jid].reason = "daemon stopped"
         actions: list[Action] = []
-        for jid in list(self._active):
-            actions.extend(self._end(self.job(jid), now, JobState.CANCELLED, "daemon stopped"))
+        for jid in [*self._pending, *self._active]:
+            actions.extend(self._cancel_job(self._mut(jid), ev.time, ev.cause, "daemon stopped"))
         return actions
 
     # ---- nodes that stop answering (cluster mode) -----------------------------------------
-    def node_down(self, name: str, now: float) -> list[Action]:
+    def _node_down(self, ev: NodeDown) -> list[Action]:
         """A node can no longer be reached: keep it out of allocations and settle its job.
 
         A malleable or evolving job that has registered, stays at or above its minimum
         without the node, and does not lose its first host (where its leader, the process
         that talks to the daemon, runs) goes on without it: the daemon reclaims the node as
         if the job had released it. Any other job ends as NODE_FAIL, as Slurm ends jobs on
-        a failed node. The node is handed out again only after node_up.
+        a failed node. The node is handed out again only after NodeUp.
         """
+        name, now = ev.host, ev.time
         if name not in self.nodes.index:
             raise InvalidTransition(f"node_down: no node {name}")
         if name in self.nodes.down:
@@ -638,14 +783,14 @@ class Core:
         self.nodes.mark_down(name)
         if owner is None:
             return []
-        job = self.job(owner)
+        job = self._mut(owner)
         if job.ending_as is not None or name in job.leaving:
-            job.record(now, "node_failed", name)
+            job.record(now, K.NODE_FAILED, ev.cause, name)
             return []  # already being ended or given back; the driver reports it gone
         order = job.order
-        if order is not None and order.kind == "grow" and not order.settled and name in order.new_hosts:
-            job.record(now, "node_failed", f"{name}: grow order {order.order_id} dropped")
-            return self._drop_order(job, order, "node_failed", now)
+        if order is not None and order.kind is OrderKind.GROW and not order.settled and name in order.new_hosts:
+            job.record(now, K.NODE_FAILED, ev.cause, f"{name}: grow order {order.order_id} dropped")
+            return self._drop_order(job, order, Settlement.NODE_FAILED)
         lo, _hi, _ = job.bounds
         if (
             job.kind in RESIZABLE
@@ -655,13 +800,14 @@ class Core:
             and job.size - len(job.leaving) - 1 >= lo
         ):
             job.leaving.add(name)
-            job.record(now, "node_failed", f"{name}: the job goes on without it")
+            job.record(now, K.NODE_FAILED, ev.cause, f"{name}: the job goes on without it")
             return [Reclaim(job.job_id, (name,), 0.0)]
-        job.record(now, "node_failed", name)
-        return self._end(job, now, JobState.NODE_FAIL, f"node {name} failed")
+        job.record(now, K.NODE_FAILED, ev.cause, name)
+        return self._end(job, now, JobState.NODE_FAIL, f"node {name} failed", ev.cause)
 
-    def node_up(self, name: str, now: float) -> None:
+    def _node_up(self, ev: NodeUp) -> list[Action]:
         """The node answers again (and no process of a lost job is left there)."""
-        if name not in self.nodes.index:
-            raise InvalidTransition(f"node_up: no node {name}")
-        self.nodes.mark_up(name)
+        if ev.host not in self.nodes.index:
+            raise InvalidTransition(f"node_up: no node {ev.host}")
+        self.nodes.mark_up(ev.host)
+        return []

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind, JobSpec
 
+from elasticd.core.events import Cause, JobEventKind
 from elasticd.core.orders import Order
 from elasticd.core.states import JobState
 
@@ -13,10 +14,11 @@ from elasticd.core.states import JobState
 @dataclass(frozen=True, slots=True)
 class JobEvent:
     time: float
-    event: str
+    event: JobEventKind
     nodes: int
     hosts: tuple[str, ...]
     detail: str | None = None
+    cause: Cause | None = None  # who decided it; None in records older than causes
 
 
 @dataclass
@@ -35,6 +37,9 @@ class Job:
     # ends in once its processes are verified gone, whatever their exit status.
     ending_as: JobState | None = None
     malleable_ready: bool = False
+    # The driver confirmed that the job's processes exist (Launched); until then a RUNNING
+    # job holds its nodes but nothing runs on them yet.
+    launched: bool = False
     # Deregistered before a final phase: never another order, even after a new register.
     deregistered: bool = False
     last_resize: float | None = None
@@ -64,11 +69,11 @@ class Job:
     def size(self) -> int:
         return len(self.hosts)
 
-    def record(self, now: float, event: str, detail: str | None = None) -> None:
+    def record(self, now: float, event: JobEventKind, cause: Cause, detail: str | None = None) -> None:
         hosts = tuple(self.hosts)
         if self.events and self.events[-1].hosts == hosts:
             hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host
-        self.events.append(JobEvent(now, event, len(hosts), hosts, detail))
+        self.events.append(JobEvent(now, event, len(hosts), hosts, detail, cause))
 
     def account(self, now: float) -> None:
         """Close the current size segment so node_seconds is exact across resizes."""

@@ -12,7 +12,8 @@ from typing import Any
 from elastic_protocol.jobspec import JobSpec
 
 from elasticd.core.job import Job, JobEvent
-from elasticd.core.orders import Order
+from elasticd.core.events import Cause, JobEventKind, OrderKind
+from elasticd.core.orders import Order, Settlement
 from elasticd.core.states import JobState
 
 
@@ -30,6 +31,7 @@ def job_state(job: Job) -> dict[str, Any]:
         "reason": job.reason,
         "ending_as": None if job.ending_as is None else job.ending_as.value,
         "malleable_ready": job.malleable_ready,
+        "launched": job.launched,
         "deregistered": job.deregistered,
         "last_resize": job.last_resize,
         "order": None if o is None else [o.order_id, o.kind, o.count, list(o.new_hosts), o.issued,
@@ -39,7 +41,7 @@ def job_state(job: Job) -> dict[str, Any]:
         "requested_at": job.requested_at,
         "no_orders_until": job.no_orders_until,
         "refused_until": job.refused_until,
-        "events": [[e.time, e.event, e.nodes, list(e.hosts), e.detail] for e in job.events],
+        "events": [[e.time, e.event, e.nodes, list(e.hosts), e.detail, e.cause] for e in job.events],
         "node_seconds": job.node_seconds,
         "size_since": job._size_since,
     }
@@ -56,17 +58,26 @@ def restore_job(job_id: int, spec: JobSpec, data: dict[str, Any]) -> Job:
     job.reason = data["reason"]
     job.ending_as = None if data["ending_as"] is None else JobState(data["ending_as"])
     job.malleable_ready = data["malleable_ready"]
+    # Journals written before launches were confirmed: a job that held nodes had been launched.
+    job.launched = data.get("launched", job.state.holds_nodes)
     job.deregistered = data["deregistered"]
     job.last_resize = data["last_resize"]
     o = data["order"]
     if o is not None:
-        job.order = Order(o[0], job_id, o[1], o[2], tuple(o[3]), o[4], o[5], o[6])
+        job.order = Order(o[0], job_id, OrderKind(o[1]), o[2], tuple(o[3]), o[4], o[5],
+                          None if o[6] is None else Settlement(o[6]))
     job.leaving = set(data["leaving"])
     job.requested = data["requested"]
     job.requested_at = data["requested_at"]
     job.no_orders_until = data["no_orders_until"]
     job.refused_until = data["refused_until"]
-    job.events = [JobEvent(t, ev, n, tuple(h), d) for t, ev, n, h, d in data["events"]]
+    job.events = [_event(e) for e in data["events"]]
     job.node_seconds = data["node_seconds"]
     job._size_since = data["size_since"]
     return job
+
+
+def _event(e: list[Any]) -> JobEvent:
+    """One saved history entry; entries saved before causes were kept have five fields."""
+    cause = Cause(e[5]) if len(e) > 5 and e[5] is not None else None
+    return JobEvent(e[0], JobEventKind(e[1]), e[2], tuple(e[3]), e[4], cause)

@@ -29,8 +29,10 @@ from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 
 from elasticd import __version__
-from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core import events as ev
 from elasticd.core.engine import Core
+from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
 from elasticd.daemon.journal import Journal
 from elasticd.errors import LaunchError, OrderRejected, QueueFull
@@ -127,6 +129,7 @@ class Daemon:
         self.app_address = ""
         self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
         self.recovered_jobs = 0
+        self._restored_limits: list[Action] = []
 
     @staticmethod
     def now() -> float:
@@ -207,7 +210,7 @@ class Daemon:
         now = self.now()
         running = self.core.active_ids
         log.info("stopping: ending %d running job(s) %s", len(running), running)
-        self._execute(self.core.stop_all(now))
+        self._do(ev.StopRequested(now))
         async with self._changed:
             await asyncio.wait_for(
                 self._changed.wait_for(lambda: not self.core.active_ids),
@@ -265,9 +268,7 @@ class Daemon:
         now = self.now()
         t0 = time.perf_counter()
         jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
-        misplaced = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
-        for jid in misplaced:
-            self.core.lost(jid, now, "its nodes are not part of the restarted daemon's cluster")
+        self._restored_limits = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
         active = set(self.core.active_ids)
         self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
         self.job_values = {j: v for j, v in saved.values.items() if j in active}
@@ -280,6 +281,7 @@ class Daemon:
         """Find the processes of the jobs that were running and settle what was in flight."""
         now = self.now()
         adopt = getattr(self.launcher, "adopt", None)
+        limits = {a.job_id: a for a in self._restored_limits if isinstance(a, ArmLimit)}
         for jid in self.core.active_ids:
             job = self.core.job(jid)
             found: list[str] = []
@@ -289,18 +291,19 @@ class Daemon:
                 why = ("its processes were gone when the daemon restarted" if adopt is not None
                        else f"the {self.config.launcher} launcher cannot find processes again after a restart")
                 log.warning("job %d: %s: NODE_FAIL", jid, why)
-                self.core.lost(jid, now, why)
+                self._do(ev.JobLost(now, jid, why))
                 self._job_ended(jid)
                 continue
             log.info("job %d: found again on %s", jid, ",".join(found))
-            self._arm_limit(jid)
+            if jid in limits:
+                self._arm_limit(limits[jid])
             order = job.order
             if job.ending_as is not None:
                 self._execute([Terminate(jid, tuple(job.hosts), job.ending_as)])
             elif order is not None and not order.settled:
-                if order.kind == "grow" and not set(order.new_hosts) <= set(found):
+                if order.kind is OrderKind.GROW and not set(order.new_hosts) <= set(found):
                     # Its processes on the new hosts were never started: take them back.
-                    self._execute(self.core.order_undeliverable(jid, order.order_id, now))
+                    self._do(ev.OrderUndeliverable(now, jid, order.order_id))
                 else:
                     # Settled when the application reconnects (resume) or at the deadline.
                     loop = asyncio.get_running_loop()
@@ -318,20 +321,20 @@ class Daemon:
         if self.core.pending_count >= self.config.max_queued_jobs:
             raise QueueFull(f"the queue holds {self.config.max_queued_jobs} pending jobs, its limit; "
                             "submit again once some have started")
-        job = self.core.submit(spec, self.now())
-        log.info("job %d submitted: %s, nodes %s", job.job_id, spec.name, spec.nodes)
+        job_id = self.core.next_job_id
+        self._do(ev.Submitted(self.now(), job_id, spec))
+        log.info("job %d submitted: %s, nodes %s", job_id, spec.name, spec.nodes)
         self._schedule_soon()
-        return job.job_id
+        return job_id
 
     def cancel(self, job_id: int) -> str:
-        actions = self.core.cancel(job_id, self.now())
-        self._execute(actions)
+        self._do(ev.CancelRequested(self.now(), job_id))
         self._notify()
         self._schedule_soon()
         return self.core.job(job_id).state.value
 
     def resize(self, job_id: int, nodes: int) -> None:
-        self._execute(self.core.resize(job_id, nodes, self.now()))
+        self._do(ev.ResizeRequested(self.now(), job_id, nodes))
         self._notify()
 
     def _tick(self) -> None:
@@ -345,24 +348,24 @@ class Daemon:
         """The launcher cannot reach the node: its job ends (NODE_FAIL) or goes on without it."""
         owner = self.core.nodes.owner_of(host)
         log.warning("node %s down (%s)%s", host, why, "" if owner is None else f"; it runs job {owner}")
-        self._execute(self.core.node_down(host, self.now()))
+        self._do(ev.NodeDown(self.now(), host))
         self._notify()
         self._schedule_soon()
 
     def node_up(self, host: str) -> None:
         log.info("node %s is up again", host)
-        self.core.node_up(host, self.now())
+        self._do(ev.NodeUp(self.now(), host))
         self._notify()
         self._schedule_soon()
 
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
         self.app_links[job_id] = link
-        self.core.set_registered(job_id, True, self.now())
+        self._do(ev.Registered(self.now(), job_id))
         self._schedule_soon()
 
     def app_deregister(self, job_id: int) -> None:
-        self.core.set_registered(job_id, False, self.now(), final=True)
+        self._do(ev.Unregistered(self.now(), job_id, final=True))
         self.app_links.pop(job_id, None)
 
     def app_lost(self, job_id: int, link: AppLink) -> None:
@@ -375,31 +378,29 @@ class Daemon:
             return
         now = self.now()
         if job.malleable_ready:
-            self.core.set_registered(job_id, False, now)
+            self._do(ev.Unregistered(now, job_id))
         if job.order is not None:
-            self._execute(self.core.order_undeliverable(job_id, job.order.order_id, now))
+            self._do(ev.OrderUndeliverable(now, job_id, job.order.order_id))
         self._schedule_soon()
 
     def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
         """shrunk / grown / refuse / defer; raises OrderRejected for the application."""
         now = self.now()
+        event: Event
         if verb == "shrunk":
-            actions = self.core.answer_shrink(job_id, order_id, hosts, now)
+            event = ev.ShrinkAnswered(now, job_id, order_id, tuple(hosts))
         elif verb == "grown":
-            self.core.answer_grow(job_id, order_id, hosts, now)
-            actions = []
+            event = ev.GrowAnswered(now, job_id, order_id, tuple(hosts))
         elif verb == "refuse":
-            actions = self.core.refuse_order(job_id, order_id, now, reason=text)
+            event = ev.OrderRefused(now, job_id, order_id, text)
         else:  # defer
             try:
                 seconds = float(text)
             except ValueError:
                 raise OrderRejected("malformed", f"defer: {text[:32]!r} is not a number of seconds") from None
-            if not 0 < seconds <= 86400:
-                raise OrderRejected("malformed", "defer: seconds must be in (0, 86400]")
-            actions = self.core.refuse_order(job_id, order_id, now, defer=seconds)
+            event = ev.OrderDeferred(now, job_id, order_id, seconds)
+        self._do(event)
         self._order_settled(order_id)
-        self._execute(actions)
         self._notify()
         self._schedule_soon()
 
@@ -415,7 +416,7 @@ class Daemon:
         if order is not None and not order.settled and order.order_id != order_id:
             log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
             self._order_settled(order.order_id)
-            self._execute(self.core.order_undeliverable(job_id, order.order_id, now))
+            self._do(ev.OrderUndeliverable(now, job_id, order.order_id))
             self._notify()
             self._schedule_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
@@ -424,11 +425,11 @@ class Daemon:
                         ",".join(hosts), ",".join(held))
 
     def app_request(self, job_id: int, count: int) -> None:
-        self.core.request_nodes(job_id, count, self.now())
+        self._do(ev.NodesRequested(self.now(), job_id, count))
         self._schedule_soon()
 
     def app_release(self, job_id: int, hosts: list[str]) -> None:
-        self._execute(self.core.release_hosts(job_id, hosts, self.now()))
+        self._do(ev.HostsReleased(self.now(), job_id, tuple(hosts)))
 
     def _schedule_soon(self) -> None:
         self._persist_soon()
@@ -442,10 +443,15 @@ class Daemon:
         if self.stopping:
             return
         try:
-            self._execute(self.core.schedule(self.now()))
+            self._do(ev.PassDue(self.now()))
         except Exception:
             # A policy bug must not take the daemon and its jobs down with it.
             log.exception("scheduling failed; the queue is kept and retried at the next event")
+
+    def _do(self, event: Event) -> None:
+        """Hand one event to the core and carry out what it asks (raises, with nothing
+        changed, when the core refuses the event)."""
+        self._execute(self.core.handle(event))
 
     def _execute(self, actions: list[Action]) -> None:
         if not actions:
@@ -468,19 +474,21 @@ class Daemon:
             elif isinstance(a, Reclaim):
                 log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
                 self._spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace))
+            elif isinstance(a, ArmLimit):
+                self._arm_limit(a)
 
     def _send_order(self, a: SendOrder) -> None:
         from elastic_protocol.appchannel import grow_order, shrink_order
 
         msg = (
             shrink_order(a.count, a.order_id, a.deadline_s)
-            if a.kind == "shrink"
+            if a.kind is OrderKind.SHRINK
             else grow_order(list(a.hosts), a.order_id, a.deadline_s)
         )
         link = self.app_links.get(a.job_id)
         log.info("job %d: order %d: %s", a.job_id, a.order_id, msg.encode().decode())
         if link is None or not link.send(msg.encode() + b"\n"):
-            self._execute(self.core.order_undeliverable(a.job_id, a.order_id, self.now()))
+            self._do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
             self._schedule_soon()
             return
         loop = asyncio.get_running_loop()
@@ -492,7 +500,7 @@ class Daemon:
     def _order_deadline(self, job_id: int, order_id: int) -> None:
         self._timers.orders.pop(order_id, None)
         log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
-        self._execute(self.core.order_deadline_passed(job_id, order_id, self.now()))
+        self._do(ev.OrderDeadline(self.now(), job_id, order_id))
         self._notify()
 
     def _order_settled(self, order_id: int) -> None:
@@ -519,12 +527,12 @@ class Daemon:
             order = job.order
             if order is not None:
                 self._order_settled(order.order_id)
-                self._execute(self.core.order_undeliverable(a.job_id, order.order_id, self.now()))
+                self._do(ev.OrderUndeliverable(self.now(), a.job_id, order.order_id))
 
     async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
         job = self.core.jobs.get(job_id)
         order_id = job.order.order_id if job is not None and job.order is not None else None
-        self.core.hosts_gone(job_id, hosts, self.now())
+        self._do(ev.HostsGone(self.now(), job_id, tuple(hosts)))
         if order_id is not None and (job is None or job.order is None):
             self._order_settled(order_id)
         log.info("job %d: hosts %s free", job_id, ",".join(hosts))
@@ -560,31 +568,29 @@ class Daemon:
             await self.launcher.launch(req)
         except LaunchError as exc:
             log.warning("job %d: launch failed: %s", a.job_id, exc)
-            self.core.launch_failed(a.job_id, self.now(), str(exc))
+            self._do(ev.LaunchFailed(self.now(), a.job_id, str(exc)))
             self._job_ended(a.job_id)
             return
         log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
+        self._do(ev.Launched(self.now(), a.job_id))
         if job.ending_as is not None:
             # Cancelled while its processes were being started.
             await self.launcher.terminate(a.job_id, a.hosts)
-            return
-        self._arm_limit(a.job_id)
 
-    def _arm_limit(self, job_id: int) -> None:
-        job = self.core.jobs[job_id]
-        limit = job.time_limit
-        if limit is not None and job.start_time is not None:
-            delay = max(0.0, job.start_time + limit - self.now())
-            loop = asyncio.get_running_loop()
-            self._timers.limits[job_id] = loop.call_later(delay, self._limit_reached, job_id)
+    def _arm_limit(self, a: ArmLimit) -> None:
+        loop = asyncio.get_running_loop()
+        old = self._timers.limits.pop(a.job_id, None)
+        if old is not None:
+            old.cancel()
+        self._timers.limits[a.job_id] = loop.call_later(max(0.0, a.at - self.now()), self._limit_reached, a.job_id)
 
     def _limit_reached(self, job_id: int) -> None:
         self._timers.limits.pop(job_id, None)
         log.info("job %d: time limit reached", job_id)
-        self._execute(self.core.time_limit_reached(job_id, self.now()))
+        self._do(ev.LimitReached(self.now(), job_id))
 
     async def _on_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
-        self.core.exited(job_id, self.now(), code, sig)
+        self._do(ev.Exited(self.now(), job_id, code, sig))
         job = self.core.job(job_id)
         log.info("job %d ended: %s %s", job_id, job.state.value, job.exit_text)
         self._job_ended(job_id)

@@ -46,7 +46,8 @@ def job_info(job: Job, now: float) -> JobInfo:
         error_path=err,
         node_seconds=job.node_seconds_at(now),
         events=[
-            JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail)
+            JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail,
+                         cause=e.cause)
             for e in job.events
         ],
     )

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from elastic_apps.models import WorkProgress
 from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange
 
-from elasticd.core.actions import Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core import events as ev
+from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.events import OrderKind
 from elasticd.core.states import JobState
 from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
@@ -105,21 +107,23 @@ class Simulation:
                 _, _, kind, a, b = heapq.heappop(events)
                 if kind == _SUBMIT:
                     j = self.jobs[a]
-                    self._sim_of[core.submit(_spec(j), now).job_id] = j
+                    jid = core.next_job_id
+                    core.handle(ev.Submitted(now, jid, _spec(j)))
+                    self._sim_of[jid] = j
                 elif kind == _END:
                     if self._version.get(a) == b:
-                        core.exited(a, now, 0, 0)
+                        core.handle(ev.Exited(now, a, 0, 0))
                         self._progress.pop(a, None)
             before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
                 self.passes += 1
-                if not self._apply(core.schedule(now), now):
+                if not self._apply(core.handle(ev.PassDue(now)), now):
                     break
             if self.resizes != before and interval:
                 self._push(now + interval, _WAKE, 0)
         return self._outcomes()
 
-    def _apply(self, actions: list, now: float) -> bool:
+    def _apply(self, actions: list[Action], now: float) -> bool:
         """Carry actions out instantly; True if a resize happened (worth another pass)."""
         core = self.core
         resized = False
@@ -131,33 +135,37 @@ class Simulation:
                     p.remaining = j.run * j.speedup.speedup(j.nodes)  # exact logged run time
                 p.frozen_until = now + j.startup + j.startup_per_node * len(a.hosts)
                 self._progress[a.job_id] = p
+                core.handle(ev.Launched(now, a.job_id))
                 if j.malleable:
-                    core.set_registered(a.job_id, True, now)
+                    core.handle(ev.Registered(now, a.job_id))
                 self._reschedule_end(a.job_id, now)
             elif isinstance(a, SendOrder):
                 job = core.jobs[a.job_id]
-                if a.kind == "shrink":
+                if a.kind is OrderKind.SHRINK:
                     keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
-                    for r in core.answer_shrink(a.job_id, a.order_id, keep[-a.count :], now):
-                        core.hosts_gone(r.job_id, list(r.hosts), now)
+                    for r in core.handle(ev.ShrinkAnswered(now, a.job_id, a.order_id, tuple(keep[-a.count :]))):
+                        assert isinstance(r, Reclaim)
+                        core.handle(ev.HostsGone(now, r.job_id, r.hosts))
                     self._progress[a.job_id].resize(len(job.hosts), now)
                 else:
-                    core.answer_grow(a.job_id, a.order_id, list(job.hosts), now)
+                    core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts)))
                     j = self._sim_of[a.job_id]
                     # The old size computes on while the new processes start and join.
                     delay = j.grow_latency + j.grow_latency_per_node * a.count
                     self._progress[a.job_id].resize(len(job.hosts), now + delay)
                 self._reschedule_end(a.job_id, now)
                 # Only nodes freed by a shrink can start something in another pass now.
-                resized = resized or a.kind == "shrink"
+                resized = resized or a.kind is OrderKind.SHRINK
                 self.resizes += 1
             elif isinstance(a, Reclaim):
-                core.hosts_gone(a.job_id, list(a.hosts), now)
+                core.handle(ev.HostsGone(now, a.job_id, a.hosts))
                 resized = True
             elif isinstance(a, Terminate):
-                core.exited(a.job_id, now, 0, 15)
+                core.handle(ev.Exited(now, a.job_id, 0, 15))
             elif isinstance(a, LaunchJoining):
                 pass  # the simulated application's new processes are up at once
+            elif isinstance(a, ArmLimit):
+                pass  # trace jobs' limits are not enforced here yet
         return resized
 
     def _reschedule_end(self, job_id: int, now: float) -> None:

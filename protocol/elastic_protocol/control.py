@@ -96,6 +96,8 @@ class JobEventInfo(BaseModel):
     nodes: int
     hosts: list[str]
     detail: str | None
+    # Who decided it: policy, user, app, fault, limit or daemon (None in older records).
+    cause: str | None = None
 
 
 class JobInfo(BaseModel):
