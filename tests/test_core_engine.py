@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import (

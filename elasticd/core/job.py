@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.events import Cause, JobEventKind
 from elasticd.core.orders import Order
 from elasticd.core.states import JobState

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from elastic_protocol.jobspec import JobSpec
-
-from elasticd.core.job import Job, JobEvent
 from elasticd.core.events import Cause, JobEventKind, OrderKind
+from elasticd.core.job import Job, JobEvent
 from elasticd.core.orders import Order, Settlement
 from elasticd.core.states import JobState
 

@@ -27,10 +27,9 @@ from typing import Any, Protocol
 
 from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
-
 from elasticd import __version__
-from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core import events as ev
+from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from elastic_apps.models import WorkProgress
 from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange
-
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
