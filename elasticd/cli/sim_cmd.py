@@ -18,7 +18,11 @@ DEFAULT_FRACTIONS = "0,20,40,60,80,100"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("sim", help="simulate an SWF trace under one or more policies (virtual time)")
-    s.add_argument("trace", type=Path, metavar="TRACE.swf")
+    s.add_argument("trace", type=Path, metavar="TRACE.swf", nargs="?",
+                   help="an SWF log (.swf or .swf.gz); or use --from-log")
+    s.add_argument("--from-log", type=Path, metavar="STATE_DIR",
+                   help="what-if: the jobs of a real run (its state directory's event log), simulated under "
+                   "each --policy beside what really happened")
     s.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
                    help=f"policy to simulate, repeatable (default: easy and malleable); one of {', '.join(sorted(POLICIES))}")
     s.add_argument("--malleable", default=DEFAULT_FRACTIONS, metavar="PCTS",
@@ -65,6 +69,10 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    if args.from_log is not None:
+        return run_from_log(args)
+    if args.trace is None:
+        raise ElasticError("give a trace (TRACE.swf) or --from-log STATE_DIR")
     from elastic_apps.models import ReconfigCost
 
     from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress
@@ -198,3 +206,24 @@ def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies:
         jobs = [j for j in sim.core.jobs.values() if j.start_time is not None and j.start_time < t1 and (j.end_time or 0) > t0]
         plot_gantt(jobs, sim.core.nodes.index, t0, t1, args.out / f"gantt-{p}.png",
                    f"{trace.name}, {p}, {100 * frac:.0f}% malleable: nodes over time")
+
+
+def run_from_log(args: argparse.Namespace) -> int:
+    """The recorded run, then the same jobs simulated under its own policy and each --policy."""
+    from elasticd.cli.table import render_table
+    from elasticd.sim.fromlog import load, what_if
+
+    run = load(args.from_log)
+    print(f"{args.from_log}: {len(run.jobs)} jobs on {run.nodes} nodes, recorded under {run.policy}"
+          + (f" ({run.left_out} cancelled before they started, left out)" if run.left_out else ""))
+    policies = args.policy or [run.policy]
+    params = per_policy_params(policies, args.policy_config, args.policy_param)
+    rows = [("real", run.policy, run.real)]
+    rows.append(("sim", run.policy, what_if(run, run.policy, run.params)))
+    rows += [("sim", p, what_if(run, p, params[p])) for p in policies if p != run.policy]
+    print(render_table(
+        ["RUN", "POLICY", "MAKESPAN(s)", "UTIL%", "WAIT(s)", "TURNAROUND(s)", "BSLD", "SHRINK/J", "EXPAND/J"],
+        [[what, p, f"{s.makespan:.1f}", f"{100 * s.utilization:.1f}", f"{s.mean_wait:.1f}",
+          f"{s.mean_turnaround:.1f}", f"{s.mean_bounded_slowdown:.2f}", f"{s.shrinks_per_job:.2f}",
+          f"{s.expands_per_job:.2f}"] for what, p, s in rows]))
+    return 0

@@ -439,7 +439,7 @@ class Core:
 
     def _order_shrink(self, job_id: int, by: int, now: float, cause: Cause) -> list[Action]:
         job = self._mut(job_id)
-        order = self._new_order(job, OrderKind.SHRINK, by, (), now)
+        order = self._new_order(job, OrderKind.SHRINK, by, (), now, cause)
         job.record(now, K.SHRINK_ORDERED, cause, f"order {order.order_id}: shrink by {by}")
         return [SendOrder(job.job_id, order.order_id, OrderKind.SHRINK, by, (), self.order_deadline)]
 
@@ -450,15 +450,16 @@ class Core:
         job.hosts.extend(new)
         if job.requested:
             job.requested = max(0, job.requested - by)
-        order = self._new_order(job, OrderKind.GROW, by, new, now)
+        order = self._new_order(job, OrderKind.GROW, by, new, now, cause)
         job.record(now, K.GROW_ORDERED, cause, f"order {order.order_id}: grow by {by}")
         return [
             LaunchJoining(job.job_id, new, tuple(job.hosts)),
             SendOrder(job.job_id, order.order_id, OrderKind.GROW, by, new, self.order_deadline),
         ]
 
-    def _new_order(self, job: Job, kind: OrderKind, count: int, new: tuple[str, ...], now: float) -> Order:
-        order = Order(self._next_order, job.job_id, kind, count, new, now, now + self.order_deadline)
+    def _new_order(self, job: Job, kind: OrderKind, count: int, new: tuple[str, ...], now: float,
+                   cause: Cause) -> Order:
+        order = Order(self._next_order, job.job_id, kind, count, new, now, now + self.order_deadline, cause=cause)
         self._next_order += 1
         job.order = order
         job.state = JobState.RESIZING
@@ -527,7 +528,7 @@ class Core:
         job.order = None
         job.state = JobState.RUNNING
         job.last_resize = ev.time
-        job.record(ev.time, K.GROWN, ev.cause, f"order {order.order_id}: +{order.count}")
+        job.record(ev.time, K.GROWN, order.cause, f"order {order.order_id}: +{order.count}")
         return []
 
     def _refused(self, ev: OrderRefused) -> list[Action]:
@@ -612,17 +613,19 @@ class Core:
         order = job.order
         if order is not None and order.settled and not job.leaving:
             if order.settled is Settlement.SHRUNK:
-                job.record(now, K.SHRUNK, Cause.APP, f"order {order.order_id}: -{order.count}")
+                job.record(now, K.SHRUNK, order.cause, f"order {order.order_id}: -{order.count}")
                 job.last_resize = now
             elif order.settled is Settlement.DEADLINE_MISSED and order.kind is OrderKind.SHRINK:
-                job.record(now, K.SHRUNK, Cause.DAEMON, f"order {order.order_id}: -{order.count} (deadline missed)")
+                job.record(now, K.SHRUNK, order.cause, f"order {order.order_id}: -{order.count} (deadline missed)")
                 job.last_resize = now
             job.order = None
             if job.state is JobState.RESIZING:
                 job.state = JobState.RUNNING
         elif order is None and mine:
-            job.record(now, K.RELEASED, ev.cause, " ".join(mine))
+            job.record(now, K.RELEASED, job.release_cause or ev.cause, " ".join(mine))
             job.last_resize = now
+        if not job.leaving:
+            job.release_cause = None
         return []
 
     # ---- registration and evolving requests ---------------------------------------------
@@ -669,6 +672,7 @@ class Core:
             raise OrderRejected("bad_hosts", f"release: job {ev.job_id} may not go below {lo} nodes")
         self._mut(ev.job_id)
         job.leaving.update(hosts)
+        job.release_cause = ev.cause
         return [Reclaim(ev.job_id, tuple(hosts), 0.0)]
 
     # ---- ending ----------------------------------------------------------------------------
@@ -716,13 +720,17 @@ class Core:
         job = self._mut(ev.job_id)
         if not job.state.holds_nodes:
             raise InvalidTransition(f"job {ev.job_id} exited while {job.state.value}")
+        # Who ended it: whoever asked for the end (a user, a limit, a fault, the daemon's
+        # stop), else the application itself, whatever its exit status.
+        cause = Cause.APP
         if job.ending_as is not None:
             state = job.ending_as
+            cause = next((e.cause for e in reversed(job.events) if e.event is K.ENDING and e.cause), ev.cause)
         elif ev.exit_code == 0 and not ev.signal:
             state = JobState.COMPLETED
         else:
             state = JobState.FAILED
-        self._finish(job, ev.time, state, ev.exit_code, ev.signal, job.reason, ev.cause)
+        self._finish(job, ev.time, state, ev.exit_code, ev.signal, job.reason, cause)
         return []
 
     def _finish(
@@ -744,6 +752,7 @@ class Core:
             job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: job ended")
             job.order = None
         job.leaving.clear()
+        job.release_cause = None
         job.requested = 0
         job.malleable_ready = False
         job.state = state
@@ -799,6 +808,7 @@ class Core:
             and job.size - len(job.leaving) - 1 >= lo
         ):
             job.leaving.add(name)
+            job.release_cause = ev.cause
             job.record(now, K.NODE_FAILED, ev.cause, f"{name}: the job goes on without it")
             return [Reclaim(job.job_id, (name,), 0.0)]
         job.record(now, K.NODE_FAILED, ev.cause, name)

@@ -46,6 +46,9 @@ class Job:
     # Hosts whose processes are being reclaimed (shrink, release, refused grow); they stay
     # owned by the job until the driver reports them gone.
     leaving: set[str] = field(default_factory=set)
+    # Who made the job give hosts back outside an order (the application releasing them, a
+    # node failing): the cause of the `released` entry once they are gone.
+    release_cause: Cause | None = None
     # An evolving job's outstanding request for more nodes.
     requested: int = 0
     requested_at: float | None = None

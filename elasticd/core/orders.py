@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from elasticd.core.events import OrderKind
+from elasticd.core.events import Cause, OrderKind
 
 
 class Settlement(StrEnum):
@@ -31,3 +31,5 @@ class Order:
     # Set once the application answered (or the deadline passed) and hosts are being
     # reclaimed; the order completes when they are verified free.
     settled: Settlement | None = None
+    # Who asked for it (policy or user): the cause of the size change it ends in.
+    cause: Cause = Cause.POLICY

@@ -34,8 +34,9 @@ def job_state(job: Job) -> dict[str, Any]:
         "deregistered": job.deregistered,
         "last_resize": job.last_resize,
         "order": None if o is None else [o.order_id, o.kind, o.count, list(o.new_hosts), o.issued,
-                                         o.deadline, o.settled],
+                                         o.deadline, o.settled, o.cause],
         "leaving": sorted(job.leaving),
+        "release_cause": job.release_cause,
         "requested": job.requested,
         "requested_at": job.requested_at,
         "no_orders_until": job.no_orders_until,
@@ -64,8 +65,9 @@ def restore_job(job_id: int, spec: JobSpec, data: dict[str, Any]) -> Job:
     o = data["order"]
     if o is not None:
         job.order = Order(o[0], job_id, OrderKind(o[1]), o[2], tuple(o[3]), o[4], o[5],
-                          None if o[6] is None else Settlement(o[6]))
+                          None if o[6] is None else Settlement(o[6]), Cause(o[7]) if len(o) > 7 else Cause.POLICY)
     job.leaving = set(data["leaving"])
+    job.release_cause = None if data.get("release_cause") is None else Cause(data["release_cause"])
     job.requested = data["requested"]
     job.requested_at = data["requested_at"]
     job.no_orders_until = data["no_orders_until"]

@@ -35,6 +35,7 @@ from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
 from elasticd.daemon.journal import Journal
 from elasticd.errors import LaunchError, OrderRejected, QueueFull
+from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import LaunchRequest
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
@@ -127,6 +128,9 @@ class Daemon:
         self.control_address = ""
         self.app_address = ""
         self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
+        # The history (events.jsonl), kept where the journal is and written after its commits.
+        self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
+        self._restored_at = self.now()
         self.recovered_jobs = 0
         self._restored_limits: list[Action] = []
 
@@ -157,6 +161,7 @@ class Daemon:
         if self.journal is not None:
             # Applications of running jobs reconnect to the same address after a restart.
             self.journal.save_meta({"control_port": str(cport), "app_port": str(aport)})
+        self._log_start()
         await self._recover()
         self.persist()
         write_record(
@@ -194,6 +199,7 @@ class Daemon:
             await control.close_all()
             await self.launcher.close()
             if self.journal is not None:
+                self.persist()  # the last events, and their history
                 # A stop ends every job: nothing is left for a later daemon to recover.
                 self.journal.close(remove=self.stopping)
                 self.journal = None
@@ -248,6 +254,17 @@ class Daemon:
         except sqlite3.Error:
             # A full disk must not take the jobs down; the journal is behind until it heals.
             log.exception("journal: could not save %d job(s)", len(changed))
+            return
+        self._flush_event_log()
+
+    def _flush_event_log(self) -> None:
+        """The history of what was just committed; late (kept and retried), never ahead."""
+        if self.event_log is None:
+            return
+        try:
+            self.event_log.flush()
+        except EventLogError as exc:
+            log.error("%s (%d record(s) kept, retried at the next commit)", exc, self.event_log.pending)
 
     def _persist_soon(self) -> None:
         """Save at the end of this loop turn the changes that have no reply or action."""
@@ -264,7 +281,7 @@ class Daemon:
             return {}
         from elastic_protocol.jobspec import JobSpec
 
-        now = self.now()
+        now = self._restored_at = self.now()
         t0 = time.perf_counter()
         jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
         self._restored_limits = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
@@ -449,8 +466,24 @@ class Daemon:
 
     def _do(self, event: Event) -> None:
         """Hand one event to the core and carry out what it asks (raises, with nothing
-        changed, when the core refuses the event)."""
-        self._execute(self.core.handle(event))
+        changed, when the core refuses the event). Every accepted event goes to the log."""
+        actions = self.core.handle(event)
+        if self.event_log is not None:
+            self.event_log.add(event, actions)
+        self._execute(actions)
+
+    def _log_start(self) -> None:
+        """Open the log's segment for this daemon start: what a replay needs to build the
+        same core (see elasticd.replay)."""
+        if self.event_log is None:
+            return
+        core = self.core
+        self.event_log.start({
+            "version": __version__, "time": self._restored_at, "recovered": self.recovered_jobs > 0,
+            "nodes": list(core.nodes.names), "policy": core.policy.name, "params": dict(self.policy_settings),
+            "order_deadline": core.order_deadline, "refuse_backoff": core.refuse_backoff,
+            "next_job_id": core.next_job_id, "next_order": core.next_order_id,
+        })
 
     def _execute(self, actions: list[Action]) -> None:
         if not actions:

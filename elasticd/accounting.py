@@ -1,0 +1,91 @@
+"""Accounting of what each job held, when, and who decided each change (for `eacct`).
+
+Built from the jobs a replay of the event log leaves (elasticd.replay), so it is the same
+history the daemon acted on, finished jobs included: a job's hosts are the ones of its
+history entries, not its (empty) host list after the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticd.core.events import SIZE_CHANGES, JobEventKind
+from elasticd.core.job import Job
+
+ACCOUNTING_VERSION = 1
+
+# Entries that belong in a size timeline: the size changes and the end.
+_TIMELINE = SIZE_CHANGES | {JobEventKind.ENDED}
+
+
+@dataclass(frozen=True)
+class SizeChange:
+    time: float
+    event: str  # started, grown, shrunk, released, ended
+    nodes: int  # held from this time on (0 after the end)
+    hosts: tuple[str, ...]
+    cause: str | None  # who decided: policy, user, app, fault, limit, daemon
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class JobAccount:
+    job_id: int
+    name: str
+    kind: str
+    state: str
+    exit_code: int | None
+    exit_signal: int | None
+    reason: str | None
+    submit: float
+    start: float | None
+    end: float | None
+    elapsed: float  # seconds from start to end (or to `now` while running)
+    node_seconds: float
+    max_nodes: int
+    hosts: tuple[str, ...]  # every host it ever held, in the order it got them
+    timeline: tuple[SizeChange, ...] = field(default=())
+
+    @property
+    def exit(self) -> str:
+        if self.exit_code is None and self.exit_signal is None:
+            return ""
+        return f"{self.exit_code or 0}:{self.exit_signal or 0}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "name": self.name, "kind": self.kind, "state": self.state,
+            "exit_code": self.exit_code, "exit_signal": self.exit_signal, "reason": self.reason,
+            "submit": self.submit, "start": self.start, "end": self.end, "elapsed": self.elapsed,
+            "node_seconds": self.node_seconds, "max_nodes": self.max_nodes, "hosts": list(self.hosts),
+            "timeline": [
+                {"time": c.time, "event": c.event, "nodes": c.nodes, "hosts": list(c.hosts),
+                 "cause": c.cause, "detail": c.detail}
+                for c in self.timeline
+            ],
+        }
+
+
+def account(job: Job, now: float) -> JobAccount:
+    timeline: list[SizeChange] = []
+    hosts: dict[str, None] = {}
+    for e in job.events:
+        if e.event not in _TIMELINE:
+            continue
+        ended = e.event is JobEventKind.ENDED
+        for h in e.hosts:
+            hosts[h] = None
+        timeline.append(SizeChange(e.time, e.event.value, 0 if ended else e.nodes,
+                                   () if ended else e.hosts, None if e.cause is None else e.cause.value, e.detail))
+    return JobAccount(
+        job_id=job.job_id, name=job.spec.name, kind=job.kind.value, state=job.state.value,
+        exit_code=job.exit_code, exit_signal=job.exit_signal, reason=job.reason,
+        submit=job.submit_time, start=job.start_time, end=job.end_time, elapsed=job.time_used(now),
+        node_seconds=job.node_seconds_at(now), max_nodes=max((c.nodes for c in timeline), default=0),
+        hosts=tuple(hosts), timeline=tuple(timeline),
+    )
+
+
+def accounts(jobs: list[Job], now: float) -> list[JobAccount]:
+    return [account(j, now) for j in sorted(jobs, key=lambda j: j.job_id)]

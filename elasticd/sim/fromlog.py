@@ -1,0 +1,81 @@
+"""What-if runs of a real run: the jobs a daemon's event log recorded, simulated under any
+policy, beside what really happened (`elasticd sim --from-log STATE_DIR --policy P`).
+
+The jobs are the very ones the daemon took: their job files (specs), submitted at the same
+offsets. A job whose file declares a performance model runs what its model says at whatever
+size the simulated policy gives it (the synthetic application follows the same model in real
+time, so this is sim-vs-real on the same jobs). A job without a model cannot be predicted at
+another size: it runs as long as it really ran, at the size it started with (rigid). Jobs
+cancelled before they started are left out (nobody knows how long they would have run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from elasticd.core.events import SIZE_CHANGES, JobEventKind
+from elasticd.core.job import Job
+from elasticd.errors import ElasticError
+from elasticd.metrics import SizedRecord, WindowSummary, windowed_summary
+from elasticd.policies.registry import make_policy
+from elasticd.replay import replay
+from elasticd.sim.simulator import simulate
+from elasticd.sim.workload import SimJob, from_specs
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    nodes: int
+    policy: str
+    params: dict[str, object]
+    jobs: list[SimJob]
+    real: WindowSummary
+    left_out: int  # cancelled before they started
+
+
+def load(path: Path) -> LoggedRun:
+    result = replay(path)
+    core = result.core
+    ran = [j for j in sorted(core.jobs.values(), key=lambda j: j.job_id) if j.start_time is not None]
+    if not ran:
+        raise ElasticError(f"{path}: no job of the recorded run ever started; nothing to compare")
+    if any(not j.state.is_final for j in ran):
+        raise ElasticError(f"{path}: the recorded run has jobs still running; replay it once they end")
+    t0 = min(j.submit_time for j in ran)
+    sims = from_specs([j.spec for j in ran])
+    jobs: list[SimJob] = []
+    for real, sim in zip(ran, sims):
+        sim = dataclasses.replace(sim, job_id=real.job_id, submit=real.submit_time - t0)
+        if real.spec.model is None:
+            assert real.start_time is not None and real.end_time is not None
+            n0 = next(e.nodes for e in real.events if e.event is JobEventKind.STARTED)
+            run = real.end_time - real.start_time
+            sim = dataclasses.replace(sim, run=run, nodes=n0, malleable=False, moldable=False,
+                                      min_nodes=n0, max_nodes=n0, preferred=n0, work=run * sim.speedup.speedup(n0))
+        jobs.append(sim)
+    segments_header = _first_header(path)
+    return LoggedRun(len(core.nodes.names), str(segments_header["policy"]), dict(segments_header.get("params", {})),
+                     jobs, windowed_summary([_record(j) for j in ran], len(core.nodes.names), 0.0),
+                     len(core.jobs) - len(ran))
+
+
+def _first_header(path: Path) -> dict[str, Any]:
+    from elasticd.eventlog import read_log
+
+    return read_log(path)[0].header
+
+
+def _record(job: Job) -> SizedRecord:
+    assert job.start_time is not None and job.end_time is not None
+    sizes = [(e.time, e.nodes) for e in job.events if e.event in SIZE_CHANGES] + [(job.end_time, 0)]
+    shrinks = sum(1 for e in job.events if e.event is JobEventKind.SHRUNK)
+    expands = sum(1 for e in job.events if e.event is JobEventKind.GROWN)
+    return SizedRecord(job.job_id, job.submit_time, job.start_time, job.end_time, tuple(sizes), shrinks, expands)
+
+
+def what_if(run: LoggedRun, policy: str, params: dict[str, object] | None = None) -> WindowSummary:
+    outcomes = simulate(run.jobs, run.nodes, make_policy(policy, params))
+    return windowed_summary([o.record() for o in outcomes], run.nodes, 0.0)

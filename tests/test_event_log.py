@@ -1,0 +1,194 @@
+"""The event log of real daemons: replayed decision for decision (orders, refusals, missed
+deadlines, a time limit, a cancel, a kill -9 and restart), accounted for by `eacct`, and
+re-run under other policies by `elasticd sim --from-log`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import BIN, start_daemon, stop_daemon, write_job
+from elasticd.eventlog import LOG_FILE, read_log
+from test_malleability import finish, recorder_job
+from test_recovery import alive, job_pgids
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    state_dir = tmp_path / "state"
+    yield state_dir
+    for pgid in job_pgids(state_dir):  # a failed test may have left jobs of a killed daemon
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_tool(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    import subprocess
+
+    r = subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def sleeper(folder: Path, name: str, seconds: float, nodes: int = 1, limit: str = "1") -> Path:
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sleep", "{seconds}"]
+        nodes = {nodes}
+        time_limit = "{limit}"
+        working_dir = "."
+    ''')
+
+
+def recorded_run(state_dir: Path, tmp_path: Path) -> None:
+    """A malleable run with every kind of event, across a kill -9 and a restart."""
+    extra = ["--order-deadline", "1.5", "--min-resize-interval", "1"]
+    d = start_daemon(state_dir, nodes=5, policy="malleable", extra=extra)
+    try:
+        timeout_job = d.submit(sleeper(tmp_path, "overrun", 30, limit="0:02"))
+        pending = d.submit(sleeper(tmp_path, "wide", 1, nodes=5))
+        assert d.cli("ecancel", str(pending)).returncode == 0
+        folders = {m: tmp_path / m for m in ("normal", "refuse", "hang")}
+        for f in folders.values():
+            f.mkdir()
+        normal = d.submit(recorder_job(folders["normal"], "normal", "{ min = 1, max = 4 }"))
+        d.wait_event(normal, "registered")
+        # A user's resize, answered by the application.
+        assert d.cli("elasticd", "resize", str(normal), "2").returncode == 0
+        d.wait_event(normal, "shrunk")
+        refuse = d.submit(recorder_job(folders["refuse"], "refuse", "{ min = 1, max = 2 }"))
+        d.wait_event(refuse, "registered")
+        # Refused by the application, then a missed deadline.
+        assert d.cli("elasticd", "resize", str(refuse), "1").returncode == 0
+        d.wait_event(refuse, "refused")
+        hang = d.submit(recorder_job(folders["hang"], "hang", "{ min = 1, max = 1 }"))
+        d.wait([timeout_job], timeout=20)
+        assert d.job(timeout_job)["state"] == "TIMEOUT"
+        # The crash.
+        os.kill(d.record.pid, signal.SIGKILL)
+        psutil.Process(d.record.pid).wait(10)
+        d = start_daemon(state_dir, nodes=5, policy="malleable", extra=extra)
+        d.wait_event(normal, "registered", count=2, timeout=20)
+        for name, jid in (("normal", normal), ("refuse", refuse), ("hang", hang)):
+            finish(d, folders[name], jid)
+    finally:
+        if alive(d.record.pid):
+            stop_daemon(d.record)
+
+
+def test_replay_reproduces_every_decision_of_a_recorded_run_across_a_restart(state: Path, tmp_path: Path) -> None:
+    recorded_run(state, tmp_path)
+    segments = read_log(state / LOG_FILE)
+    assert [s.header["recovered"] for s in segments] == [False, True]
+    kinds = {r["event"]["type"] for s in segments for r in s.records}
+    assert {"Submitted", "PassDue", "Launched", "ShrinkAnswered", "GrowAnswered", "OrderRefused",
+            "LimitReached", "CancelRequested", "ResizeRequested", "Exited", "HostsGone"} <= kinds
+    rc, out, err = run_tool("elasticd", "replay", str(state))
+    assert rc == 0, err
+    assert "all as recorded" in out and "from 2 daemon start(s)" in out
+
+
+def test_replay_names_the_first_recorded_decision_that_differs(state: Path, tmp_path: Path) -> None:
+    d = start_daemon(state, nodes=2)
+    try:
+        jid = d.submit(sleeper(tmp_path, "short", 0.2))
+        d.wait([jid])
+    finally:
+        stop_daemon(d.record)
+    log = state / LOG_FILE
+    lines = log.read_text().splitlines()
+    i = next(k for k, line in enumerate(lines) if '"type":"Launch"' in line)
+    lines[i] = lines[i].replace('"node1"', '"node2"')
+    log.write_text("\n".join(lines) + "\n")
+    rc, out, err = run_tool("elasticd", "replay", str(state))
+    assert rc == 1
+    assert f"{log}:{i + 1}: event" in err and "PassDue" in err and "node2" in err
+
+
+def test_eacct_gives_each_jobs_size_timeline_with_who_decided_it(state: Path, tmp_path: Path) -> None:
+    d = start_daemon(state, nodes=4, policy="malleable", extra=["--min-resize-interval", "1"])
+    try:
+        jid = d.submit(recorder_job(tmp_path, "normal", "{ min = 1, max = 4 }"))
+        d.wait_event(jid, "registered")
+        assert d.cli("elasticd", "resize", str(jid), "2").returncode == 0
+        d.wait_event(jid, "shrunk")
+        finish(d, tmp_path, jid)
+    finally:
+        stop_daemon(d.record)
+    rc, out, err = run_tool("eacct", str(state), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["version"] == 1
+    [job] = doc["jobs"]
+    assert job["state"] == "COMPLETED" and job["exit_code"] == 0
+    # Finished, it still says where it ran.
+    assert job["hosts"] == ["node1", "node2", "node3", "node4"] and job["max_nodes"] == 4
+    steps = [(s["event"], s["nodes"], s["cause"]) for s in job["timeline"]]
+    # minAgree starts it at its minimum and gives it the idle nodes; the user shrinks it.
+    assert steps[:3] == [("started", 1, "policy"), ("grown", 4, "policy"), ("shrunk", 2, "user")]
+    assert steps[-1] == ("ended", 0, "app")
+    resizes = sum(1 for s in steps if s[0] in ("grown", "shrunk"))
+    assert job["node_seconds"] > 0 and job["elapsed"] >= job["node_seconds"] / 4
+    rc, out, _ = run_tool("eacct", str(state), "-o", "jobid,state,nnodes,resizes,nodelist", "-l")
+    assert rc == 0
+    assert out.splitlines()[0].split() == ["JobID", "State", "NNodes", "Resizes", "NodeList"]
+    assert out.splitlines()[1].split() == [str(jid), "COMPLETED", "4", str(resizes), "node[1-4]"]
+    assert "shrunk" in out and "user" in out
+    rc, _, err = run_tool("eacct", str(state), "-o", "jobid,bogus")
+    assert rc == 2 and "unknown field(s) bogus" in err
+
+
+MODEL_JOB = '''
+name = "{name}"
+command = ["{python}", "-m", "elastic_apps.synthetic", "--work", "{work}", "--speedup", "amdahl:0.05"]
+nodes = {nodes}
+kind = "{kind}"
+time_limit = "2"
+working_dir = "."
+output = "{name}-%j.out"
+model = {{ speedup = "amdahl:0.05", work = {work} }}
+'''
+
+
+def test_what_if_runs_a_recorded_batch_under_other_policies(state: Path, tmp_path: Path) -> None:
+    d = start_daemon(state, nodes=4, policy="easy")
+    try:
+        specs = [("m1", 8, "{ min = 1, max = 4 }", "malleable"), ("m2", 6, "{ min = 1, max = 4 }", "malleable"),
+                 ("r1", 3, "2", "rigid"), ("r2", 3, "1", "rigid")]
+        ids = [d.submit(write_job(tmp_path, n, MODEL_JOB.format(name=n, python=sys.executable, work=w,
+                                                                   nodes=nodes, kind=k)))
+               for n, w, nodes, k in specs]
+        d.wait(ids, timeout=60)
+        assert all(d.job(j)["state"] == "COMPLETED" for j in ids)
+    finally:
+        stop_daemon(d.record)
+    rc, out, err = run_tool("elasticd", "sim", "--from-log", str(state), "--policy", "malleable", "--policy", "fcfs")
+    assert rc == 0, err
+    rows = {(c[0], c[1]): c for c in (line.split() for line in out.splitlines()[2:])}
+    assert set(rows) == {("real", "easy"), ("sim", "easy"), ("sim", "malleable"), ("sim", "fcfs")}, out
+    # The simulator replays the real run of the same jobs under the same policy closely.
+    real_makespan, sim_makespan = float(rows["real", "easy"][2]), float(rows["sim", "easy"][2])
+    assert abs(sim_makespan - real_makespan) <= 0.25 * real_makespan, out
+    # Under minAgree the malleable jobs are resized.
+    assert float(rows["sim", "malleable"][7]) + float(rows["sim", "malleable"][8]) > 0, out
+
+
+def test_a_log_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_named(tmp_path: Path) -> None:
+    log = tmp_path / LOG_FILE
+    start = {"type": "start", "format": 1, "time": 0.0, "recovered": False, "nodes": ["n1"], "policy": "easy",
+             "params": {}, "order_deadline": 30.0, "refuse_backoff": 10.0, "next_job_id": 1, "next_order": 1}
+    log.write_text(json.dumps(start) + "\n" + '{"seq": 1, "event": {"type": "PassD')
+    assert [len(s.records) for s in read_log(log)] == [0]
+    log.write_text(json.dumps(start) + "\n" + "garbage\n" + json.dumps(start) + "\n")
+    rc, _, err = run_tool("elasticd", "replay", str(log))
+    assert rc == 1 and f"{log}:2: not a JSON record" in err
