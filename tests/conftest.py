@@ -13,8 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
 
+from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
 from elasticd.cli.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord
@@ -128,3 +128,28 @@ def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return pred()
+
+
+# ---- the core's invariants, after every event --------------------------------------------
+# Core tests drive the pure core by hand; each event they feed it is followed by the one
+# check of every invariant (tests/core_support.check_invariants), so no test can leave the
+# core inconsistent unnoticed, whatever it asserts itself.
+_CORE_TEST_MODULES = ("test_core_", "test_polic", "test_cluster_discovery")
+
+
+@pytest.fixture(autouse=True)
+def _core_invariants_after_every_event(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    if not module.startswith(_CORE_TEST_MODULES) or module == "test_policy_sd_lookahead":
+        return
+    from core_support import check_invariants
+    from elasticd.core.engine import Core
+
+    handle = Core.handle
+
+    def checked(self: Core, event):  # type: ignore[no-untyped-def]
+        actions = handle(self, event)
+        check_invariants(self, event.time)
+        return actions
+
+    monkeypatch.setattr(Core, "handle", checked)

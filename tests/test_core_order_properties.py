@@ -17,12 +17,11 @@ import random
 from dataclasses import dataclass, field, replace
 
 import pytest
-from core_support import submit
-from elastic_protocol.jobspec import JobKind, JobSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_core_properties import check_invariants
 
+from core_support import check_invariants, promised_back, submit
+from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd.core.actions import (
     Action,
     Launch,
@@ -139,76 +138,6 @@ def contested_workloads(draw: st.DrawFn) -> Workload:
 # ---- invariants ------------------------------------------------------------------------
 
 
-def check_order_invariants(core: Core, now: float) -> None:
-    check_invariants(core)  # node table vs hosts, bounds on held hosts, queue order
-    active = set(core.active_ids)
-    for jid, job in core.jobs.items():
-        if jid not in active:
-            assert job.order is None and not job.leaving, f"job {jid} ended with an order or leaving hosts"
-            continue
-        lo, hi, _ = job.bounds
-        staying = job.size - len(job.leaving)
-        assert job.leaving <= set(job.hosts), f"job {jid}: leaving {job.leaving} not among {job.hosts}"
-        assert lo <= staying <= hi, f"job {jid}: {staying} hosts staying, outside {lo}..{hi}"
-        assert job.size <= hi
-        if job.state is JobState.RESIZING:
-            assert job.order is not None or job.leaving, f"job {jid} RESIZING without an order or leaving hosts"
-        if job.order is not None:
-            assert job.state is JobState.RESIZING
-            assert job.kind in RESIZABLE
-            if job.order.settled is None:
-                assert set(job.order.new_hosts) <= set(job.hosts) and not job.leaving
-            else:
-                assert job.leaving, f"job {jid}: order settled ({job.order.settled}) with nothing to reclaim"
-                if job.order.kind == "grow":  # only the hosts started for it are taken back
-                    assert job.leaving <= set(job.order.new_hosts)
-        if job.order is not None or job.leaving:
-            assert not core.can_take_order(job, now)
-    check_snapshot(core, now)
-
-
-def check_snapshot(core: Core, now: float) -> None:
-    """The policy's snapshot agrees with the jobs as they are now: a view cached by the core
-    must never outlive a change to its job (the driver reads jobs through `core.jobs`,
-    which does not drop cached views, so a stale one shows here)."""
-    snap = core.snapshot(now)
-    assert snap.free_nodes == core.nodes.free_count
-    assert snap.free_nodes + sum(core.jobs[j].size for j in core.active_ids) == core.nodes.total
-    assert [p.job_id for p in snap.pending] == core.pending_ids
-    assert [r.job_id for r in snap.running] == core.active_ids
-    for view in snap.running:
-        job = core.jobs[view.job_id]
-        lo, hi, _ = job.bounds
-        order = job.order
-        shrinking = order.count if order is not None and order.kind == "shrink" and order.settled is None else 0
-        expected = (
-            job.size - len(job.leaving), lo, hi, job.start_time, core.policy_may_order(job, now), job.last_resize,
-            job.ending_as is not None, order is not None or bool(job.leaving), job.requested, job.requested_at,
-            len(job.leaving), shrinking,
-        )
-        actual = (
-            view.size, view.min_nodes, view.max_nodes, view.start_time, view.malleable_ready, view.last_resize,
-            view.ending, view.resizing, view.requested, view.requested_at, view.leaving, view.shrinking,
-        )
-        assert actual == expected, f"at {now}: job {view.job_id}'s policy view is stale: {actual} != {expected}"
-    assert snap.incoming_nodes == promised_back(core)
-
-
-def promised_back(core: Core) -> int:
-    """Nodes held now that are already on their way back: whole jobs being ended, hosts
-    being reclaimed, and the counts of shrink orders not answered yet."""
-    total = 0
-    for jid in core.active_ids:
-        job = core.jobs[jid]
-        if job.ending_as is not None:
-            total += job.size
-            continue
-        total += len(job.leaving)
-        if job.order is not None and job.order.kind == "shrink" and job.order.settled is None:
-            total += job.order.count
-    return total
-
-
 # ---- the driver ------------------------------------------------------------------------
 
 
@@ -253,9 +182,9 @@ class OrderSim:
             t, _, kind, args = heapq.heappop(self._events)
             self.advance(t)
             getattr(self, f"on_{kind}")(t, *args)
-            check_order_invariants(self.core, t)
+            check_invariants(self.core, t)
             self.schedule(t)
-            check_order_invariants(self.core, t)
+            check_invariants(self.core, t)
             self.record_sizes(t)
             if self._tick_at is None and (self.core.pending_ids or self.core.active_ids):
                 # The daemon's periodic pass: resize intervals and deferrals run out.

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from core_support import submit
-from elastic_protocol.jobspec import JobSpec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core_support import check_invariants, submit
+from elastic_protocol.jobspec import JobSpec
 from elasticd.core.actions import Action, ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import (
@@ -146,34 +146,6 @@ def earliest_start(now: float, free: int, need: int, releases: list[tuple[float,
     return math.inf
 
 
-def check_invariants(core: Core) -> None:
-    names = core.nodes.names
-    owner = core.nodes.owner
-    active = set(core.active_ids)
-    pending = core.pending_ids
-    held_by: dict[str, int] = {}
-    for jid, job in core.jobs.items():
-        owned = [n for n in names if owner[n] == jid]
-        assert sorted(job.hosts) == owned, f"job {jid}: hosts {job.hosts}, node table {owned}"
-        for h in job.hosts:
-            assert h not in held_by, f"{h} held by jobs {held_by[h]} and {jid}"
-            held_by[h] = jid
-        if job.state.holds_nodes:
-            lo, hi, _ = job.bounds
-            assert lo <= job.size <= hi, f"job {jid} runs on {job.size}, outside {lo}..{hi}"
-            assert jid in active
-        else:
-            assert job.hosts == [] and jid not in active
-        assert (job.state is JobState.PENDING) == (jid in pending)
-    for n, o in owner.items():
-        assert o is None or o in active, f"{n} owned by job {o}, which holds no nodes"
-    allocated = sum(1 for n in names if owner[n] is not None)
-    assert allocated <= core.nodes.total
-    assert allocated == sum(core.jobs[j].size for j in active)
-    assert core.nodes.free_count == core.nodes.total - allocated
-    assert pending == sorted(pending), "the queue is in submit order"
-
-
 # ---- the driver ------------------------------------------------------------------------
 
 
@@ -211,7 +183,7 @@ class Sim:
             assert steps < 10_000, "the simulation does not terminate"
             t, _, kind, key, status = heapq.heappop(self._events)
             self.handle(t, kind, key, status)
-            check_invariants(self.core)
+            check_invariants(self.core, t)
             self.schedule(t)
         self.check_all_ended()
 
@@ -290,7 +262,7 @@ class Sim:
                     retry = True  # its nodes are free again
                     continue
                 self.push(t + plan.runtime, "exit", a.job_id, (plan.exit_code, None))
-            check_invariants(core)
+            check_invariants(core, t)
             if not retry:
                 break
         if self.after_pass:

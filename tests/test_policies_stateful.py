@@ -28,8 +28,6 @@ import math
 import re
 
 import pytest
-from core_support import submit
-from elastic_protocol.jobspec import JobKind, JobSpec, PerfModel
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -40,6 +38,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from core_support import check_invariants, submit
+from elastic_protocol.jobspec import JobKind, JobSpec, PerfModel
 from elasticd.core.actions import Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import (
@@ -382,23 +382,8 @@ class PolicyMachine(RuleBasedStateMachine):
     # ---- invariants ----
     @invariant()
     def books_balance(self) -> None:
-        if not hasattr(self, "core"):
-            return
-        core = self.core
-        owner = core.nodes.owner
-        seen: dict[str, int] = {}
-        for jid, job in core.jobs.items():
-            for h in job.hosts:
-                assert h not in seen, f"{h} held by jobs {seen[h]} and {jid}"
-                assert owner[h] == jid
-                seen[h] = jid
-            if job.state.holds_nodes:
-                lo, hi, _ = job.bounds
-                assert lo <= job.size <= hi, f"job {jid} on {job.size} nodes, outside {lo}..{hi}"
-            else:
-                assert job.hosts == []
-        assert len(seen) <= core.nodes.total
-        assert core.nodes.free_count == core.nodes.total - len(seen)
+        if hasattr(self, "core"):
+            check_invariants(self.core, self.now)
 
 
 def _machine_for(name: str) -> type:

@@ -21,6 +21,7 @@ import secrets
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,10 +34,11 @@ from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Recla
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
+from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.journal import Journal
 from elasticd.errors import LaunchError, OrderRejected, QueueFull
 from elasticd.eventlog import EventLogError, EventLogWriter
-from elasticd.launch.base import LaunchRequest
+from elasticd.launch.base import Launcher, LaunchRequest
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
 from elasticd.statedir import DaemonRecord, new_secret, remove_record, write_record
@@ -78,8 +80,8 @@ class DaemonConfig:
 
 @dataclass
 class _Timers:
-    limits: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
-    orders: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
+    limits: dict[int, TimerHandle] = field(default_factory=dict)
+    orders: dict[int, TimerHandle] = field(default_factory=dict)
 
 
 class AppLink(Protocol):
@@ -89,8 +91,12 @@ class AppLink(Protocol):
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, clock: Clock | None = None,
+                 launcher_factory: Callable[..., Launcher] = make_launcher) -> None:
+        """`clock` and `launcher_factory` are for in-process tests (a clock moved by hand, a
+        launcher without processes); the daemon itself runs on the wall clock."""
         self.config = config
+        self.clock: Clock = clock if clock is not None else WallClock()
         self.core = Core(
             config.node_names,
             build_policy(config.policy, config.policy_config, config.policy_params,
@@ -102,7 +108,7 @@ class Daemon:
             k: v for k, v in policy_params(config.policy, config.policy_config, config.policy_params,
                                            config.min_resize_interval).items()
         }
-        self.launcher = make_launcher(
+        self.launcher = launcher_factory(
             config.launcher,
             on_exit=self._on_exit,
             on_hosts_gone=self._on_hosts_gone,
@@ -116,14 +122,14 @@ class Daemon:
         self.job_values: dict[int, dict[str, str]] = {}
         self.secret = new_secret()
         self.job_secrets: dict[int, str] = {}
-        self.started_at = time.time()
+        self.started_at = self.now()
         self._timers = _Timers()
         self._schedule_pending = False
         self._changed = asyncio.Condition()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tick_handle: asyncio.TimerHandle | None = None
+        self._tick_handle: TimerHandle | None = None
         self._persist_pending = False
         self.control_address = ""
         self.app_address = ""
@@ -134,9 +140,8 @@ class Daemon:
         self.recovered_jobs = 0
         self._restored_limits: list[Action] = []
 
-    @staticmethod
-    def now() -> float:
-        return time.time()
+    def now(self) -> float:
+        return self.clock.now()
 
     # ---- life cycle ----------------------------------------------------------------
     async def serve(self, ready: asyncio.Future[None] | None = None) -> None:
@@ -185,7 +190,7 @@ class Daemon:
             __version__, self.control_address, self.app_address,
             self.core.nodes.total, cfg.policy,
         )
-        self._tick_handle = loop.call_later(cfg.schedule_interval, self._tick)
+        self._tick_handle = self.clock.call_at(self.now() + cfg.schedule_interval, self._tick)
         if ready is not None:
             ready.set_result(None)
         try:
@@ -322,9 +327,8 @@ class Daemon:
                     self._do(ev.OrderUndeliverable(now, jid, order.order_id))
                 else:
                     # Settled when the application reconnects (resume) or at the deadline.
-                    loop = asyncio.get_running_loop()
-                    self._timers.orders[order.order_id] = loop.call_later(
-                        self.config.order_deadline, self._order_deadline, jid, order.order_id)
+                    self._timers.orders[order.order_id] = self.clock.call_at(
+                        now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
                 self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
         self._schedule_soon()
@@ -354,8 +358,7 @@ class Daemon:
         self._notify()
 
     def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tick_handle = loop.call_later(self.config.schedule_interval, self._tick)
+        self._tick_handle = self.clock.call_at(self.now() + self.config.schedule_interval, self._tick)
         if self.core.pending_ids or self.core.active_ids:
             self._schedule_soon()
 
@@ -523,9 +526,8 @@ class Daemon:
             self._do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
             self._schedule_soon()
             return
-        loop = asyncio.get_running_loop()
-        self._timers.orders[a.order_id] = loop.call_later(
-            a.deadline_s, self._order_deadline, a.job_id, a.order_id
+        self._timers.orders[a.order_id] = self.clock.call_at(
+            self.now() + a.deadline_s, self._order_deadline, a.job_id, a.order_id
         )
         self._notify()
 
@@ -610,11 +612,10 @@ class Daemon:
             await self.launcher.terminate(a.job_id, a.hosts)
 
     def _arm_limit(self, a: ArmLimit) -> None:
-        loop = asyncio.get_running_loop()
         old = self._timers.limits.pop(a.job_id, None)
         if old is not None:
             old.cancel()
-        self._timers.limits[a.job_id] = loop.call_later(max(0.0, a.at - self.now()), self._limit_reached, a.job_id)
+        self._timers.limits[a.job_id] = self.clock.call_at(a.at, self._limit_reached, a.job_id)
 
     def _limit_reached(self, job_id: int) -> None:
         self._timers.limits.pop(job_id, None)

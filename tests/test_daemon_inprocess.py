@@ -1,0 +1,98 @@
+"""The daemon's own logic, in-process and on a clock moved by hand: timers fire at the
+times the core asked for, bursts of events cost one policy pass, and every accepted event
+reaches the event log (which replays to the same decisions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from daemon_support import inprocess_daemon, settle
+
+from elastic_protocol.jobspec import JobSpec
+
+from elasticd.core.events import PassDue
+from elasticd.eventlog import LOG_FILE, read_log
+from elasticd.replay import replay
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def spec(name: str, nodes: object, limit: str | None = None, kind: str | None = None) -> JobSpec:
+    return JobSpec.model_validate({"name": name, "command": ["true"], "nodes": nodes, "time_limit": limit,
+                                   "kind": kind})
+
+
+class Link:
+    """An application connection that records what the daemon sends it."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def send(self, line: bytes) -> bool:
+        self.lines.append(line.decode().strip())
+        return True
+
+
+async def test_a_time_limit_ends_the_job_when_the_clock_reaches_start_plus_limit(tmp_path: Path) -> None:
+    async with inprocess_daemon(tmp_path / "state") as (d, clock, launcher):
+        jid = d.submit(spec("capped", 2, limit="1:00"))
+        await settle()
+        job = d.core.job(jid)
+        assert job.state.value == "RUNNING" and job.launched and job.start_time == clock.now()
+        await clock.advance(59.9)
+        assert job.state.value == "RUNNING" and launcher.terminated == []
+        await clock.advance(0.2)
+        assert launcher.terminated == [jid]
+        assert job.state.value == "TIMEOUT" and job.end_time == job.start_time + 60.0
+
+
+async def test_an_unanswered_shrink_is_decided_at_its_deadline(tmp_path: Path) -> None:
+    async with inprocess_daemon(tmp_path / "state", order_deadline=30.0) as (d, clock, launcher):
+        jid = d.submit(spec("m", {"min": 1, "max": 4}, kind="malleable"))
+        await settle()
+        link = Link()
+        d.app_register(jid, link)
+        d.resize(jid, 2)
+        assert link.lines and link.lines[0].startswith("shrink 2 ")
+        await clock.advance(29.0)
+        assert d.core.job(jid).order is not None
+        await clock.advance(1.5)
+        job = d.core.job(jid)
+        assert job.order is None and job.hosts == ["node1", "node2"]
+        assert [e.event for e in job.events][-2:] == ["deadline_missed", "shrunk"]
+        assert launcher.running[jid] == {"node1", "node2"}
+
+
+async def test_a_burst_of_submissions_costs_one_policy_pass(tmp_path: Path) -> None:
+    async with inprocess_daemon(tmp_path / "state", nodes=2) as (d, clock, launcher):
+        ids = [d.submit(spec(f"j{i}", 1, limit="10")) for i in range(50)]
+        await settle()
+        d.persist()
+        records = [r for s in read_log(tmp_path / "state" / LOG_FILE) for r in s.records]
+        kinds = [r["event"]["type"] for r in records]
+        after = kinds[kinds.index("Submitted"):]  # the start's own pass came before
+        assert after.count("Submitted") == 50
+        assert after.count(PassDue.__name__) == 1
+        assert [len(req.hosts) for req in launcher.launches] == [1, 1]
+        assert {req.job_id for req in launcher.launches} == set(ids[:2])
+
+
+async def test_the_periodic_pass_follows_the_clock_and_the_log_replays(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with inprocess_daemon(state, nodes=2, schedule_interval=5.0) as (d, clock, launcher):
+        a = d.submit(spec("a", 2, limit="1"))
+        b = d.submit(spec("b", 1, limit="1"))
+        await settle()
+        passes = lambda: sum(1 for s in read_log(state / LOG_FILE) for r in s.records  # noqa: E731
+                             if r["event"]["type"] == "PassDue")
+        d.persist()
+        before = passes()
+        await clock.advance(12.0)  # two ticks while jobs exist
+        d.persist()
+        assert passes() == before + 2
+        await launcher.exit(a, 0, None)
+        await settle()
+        assert d.core.job(b).state.value == "RUNNING"
+    result = replay(state)
+    assert result.core.job(a).state.value == "COMPLETED" and result.core.job(b).state.value == "CANCELLED"
