@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from elastic_apps.glb import messages as M
 from elastic_apps.glb.bag import Bag, Problem, Result
@@ -30,13 +30,17 @@ from elastic_apps.glb.lifelines import lifeline_buddies
 from elastic_apps.glb.termination import PlaceActivity
 from elastic_apps.glb.transport import PeerGone, Transport
 
-if TYPE_CHECKING:
-    from elastic_apps.glb.coordinator import Coordinator
-
 log = logging.getLogger("elastic_apps.glb")
 
 Message = tuple[Any, ...]
 MemberMap = dict[int, tuple[str, str]]  # id -> (address, host)
+
+
+class MessageHandler(Protocol):
+    """What place 0 hands membership and termination messages to (the Coordinator, which
+    builds on this module: a protocol here keeps the import one way)."""
+
+    def handle(self, msg: Message) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class Place:
     terminated: bool = False  # place 0: global termination detected
     finish_requested: bool = False
     stash: list[Message] = field(default_factory=list)
-    coordinator: Coordinator | None = None
+    coordinator: MessageHandler | None = None
     stats: PlaceStats = field(default_factory=PlaceStats)
 
     def __post_init__(self) -> None:
