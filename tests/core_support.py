@@ -21,7 +21,7 @@ def submit(core: Core, spec: JobSpec, now: float) -> Job:
 
 def check_books(core: Core) -> None:
     """Node table vs job hosts, bounds on held hosts, queue order."""
-    names = core.nodes.names
+    names = core.nodes.members
     owner = core.nodes.owner
     active = set(core.active_ids)
     pending = core.pending_ids

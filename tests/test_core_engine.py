@@ -20,6 +20,9 @@ from elasticd.core.events import (
     Launched,
     LaunchFailed,
     LimitReached,
+    NodeDown,
+    NodesAdded,
+    NodesRemoved,
     PassDue,
     Registered,
     ResizeRequested,
@@ -590,3 +593,24 @@ def test_every_history_entry_names_who_decided_it() -> None:
     assert causes[:4] == [("submitted", "user"), ("started", "policy"), ("launched", "daemon"),
                           ("registered", "app")]
     assert causes[-1] == ("shrink_ordered", "user") or causes[-1] == ("grow_ordered", "user")
+
+
+# ---- the allocation grows and shrinks ----------------------------------------------------
+
+
+def test_nodes_join_free_and_idle_nodes_leave_but_never_the_first() -> None:
+    core = make_core("easy")
+    a = start_one(core, "a", 2, 0.0)
+    core.handle(NodesAdded(1.0, ("n5", "n6")))
+    assert core.nodes.total == 6 and core.snapshot(1.0).total_nodes == 6
+    b = submit(core, spec("b", 4), 2.0)
+    assert core.handle(PassDue(2.0)) == [Launch(b.job_id, ("n3", "n4", "n5", "n6"))]
+    with pytest.raises(InvalidTransition, match="only idle nodes"):
+        core.handle(NodesRemoved(3.0, ("n5",)))
+    core.handle(Exited(4.0, a, 0, 0))
+    with pytest.raises(InvalidTransition, match="first node"):
+        core.handle(NodesRemoved(5.0, ("n1", "n2")))
+    core.handle(NodesRemoved(5.0, ("n2",)))
+    assert core.nodes.total == 5 and core.nodes.members == ["n1", "n3", "n4", "n5", "n6"]
+    assert core.handle(NodeDown(6.0, "n2")) == []  # a node that left is nobody's business
+    assert core.nodes.free_count == 1

@@ -1,6 +1,7 @@
 """The node table against a plain per-node model, under random allocations, partial and
-whole releases, claims and nodes going down and up: free nodes, owners and what a job's end
-frees must agree after every step."""
+whole releases, claims, nodes going down and up, and nodes leaving and joining the cluster
+(the allocation shrinking and growing): free nodes, owners and what a job's end frees must
+agree after every step."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ JOBS = 4
 # (operation, job, count or node index, take from which end of the job's hosts)
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["allocate", "release", "release_all", "down", "up", "claim"]),
+        st.sampled_from(["allocate", "release", "release_all", "down", "up", "claim", "leave", "join"]),
         st.integers(1, JOBS),
         st.integers(0, N - 1),
         st.booleans(),
@@ -33,9 +34,13 @@ def test_node_table_agrees_with_a_per_node_model(ops: list[tuple[str, int, int, 
     t = NodeTable(names)
     owner: dict[str, int | None] = dict.fromkeys(names)
     down: set[str] = set()
+    gone: set[str] = set()
     held: dict[int, list[str]] = {j: [] for j in range(1, JOBS + 1)}
+    extra = [f"x{i}" for i in range(N)]  # nodes a grown allocation brings, in the order they join
     for op, job, k, tail in ops:
-        free = [n for n in names if owner[n] is None and n not in down]
+        free = [n for n in names if owner[n] is None and n not in down and n not in gone]
+        if op in ("down", "up", "claim") and names[k] in gone:
+            continue  # the core never reports on nodes that left
         if op == "allocate":
             count = min(k, len(free))
             got = t.allocate(job, count)
@@ -70,14 +75,35 @@ def test_node_table_agrees_with_a_per_node_model(ops: list[tuple[str, int, int, 
             else:
                 with pytest.raises(InvalidTransition):
                     t.claim(job, [n])
-        expect_free = [n for n in names if owner[n] is None and n not in down]
+        elif op == "leave":
+            n = names[k]
+            if owner[n] is None and n not in gone:
+                t.remove([n])
+                gone.add(n)
+                down.discard(n)
+            else:
+                with pytest.raises(InvalidTransition):
+                    t.remove([n])
+        elif op == "join":
+            n = names[k] if names[k] in gone else extra[len(names) - N]
+            t.add([n])
+            if n in gone:
+                gone.discard(n)
+            else:
+                names.append(n)
+                owner[n] = None
+            with pytest.raises(InvalidTransition):
+                t.add([n])
+        free = [n for n in names if owner[n] is None and n not in down and n not in gone]
+        assert t.total == len(names) - len(gone) and t.members == [n for n in names if n not in gone]
+        expect_free = free
         assert t.free_hosts() == expect_free
         assert t.free_count == len(expect_free)
-        assert t.owner == owner
+        assert t.owner == {n: o for n, o in owner.items() if n not in gone}
     # Every job's end frees exactly what it still holds, and then every node is free.
     for job, mine in held.items():
         assert t.release_all(job) == len(mine)
-    assert t.free_hosts() == [n for n in names if n not in down]
+    assert t.free_hosts() == [n for n in names if n not in down and n not in gone]
 
 
 def test_releasing_a_node_the_job_does_not_hold_is_refused_and_changes_nothing() -> None:

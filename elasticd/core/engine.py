@@ -31,6 +31,8 @@ from elasticd.core.events import (
     LaunchFailed,
     LimitReached,
     NodeDown,
+    NodesAdded,
+    NodesRemoved,
     NodesRequested,
     NodeUp,
     OrderDeadline,
@@ -140,6 +142,8 @@ class Core:
             HostsReleased: self._hosts_released,
             NodeDown: self._node_down,
             NodeUp: self._node_up,
+            NodesAdded: self._nodes_added,
+            NodesRemoved: self._nodes_removed,
         }
 
     # ---- the one entry point -----------------------------------------------------------
@@ -785,7 +789,7 @@ class Core:
         name, now = ev.host, ev.time
         if name not in self.nodes.index:
             raise InvalidTransition(f"node_down: no node {name}")
-        if name in self.nodes.down:
+        if name in self.nodes.down or name in self.nodes.gone:
             return []
         owner = self.nodes.owner_of(name)
         self.nodes.mark_down(name)
@@ -818,5 +822,20 @@ class Core:
         """The node answers again (and no process of a lost job is left there)."""
         if ev.host not in self.nodes.index:
             raise InvalidTransition(f"node_up: no node {ev.host}")
-        self.nodes.mark_up(ev.host)
+        if ev.host not in self.nodes.gone:
+            self.nodes.mark_up(ev.host)
+        return []
+
+    # ---- the allocation itself grows and shrinks ----------------------------------------------
+    def _nodes_added(self, ev: NodesAdded) -> list[Action]:
+        self.nodes.add(list(ev.hosts))
+        return []
+
+    def _nodes_removed(self, ev: NodesRemoved) -> list[Action]:
+        """Only idle nodes leave, and never the cluster's first node (where the daemon runs):
+        a job on a node to give back is the driver's business to move or wait for first."""
+        members = self.nodes.members
+        if members and members[0] in ev.hosts:
+            raise InvalidTransition(f"{members[0]} is the cluster's first node; it is never given back")
+        self.nodes.remove(list(ev.hosts))
         return []

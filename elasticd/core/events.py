@@ -260,11 +260,26 @@ class NodeUp(_Event):
     cause: ClassVar[Cause] = Cause.FAULT
 
 
+@dataclass(frozen=True, slots=True)
+class NodesAdded(_Event):
+    """The allocation grew: these nodes (reachable, verified by the driver) join as free."""
+
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodesRemoved(_Event):
+    """The allocation shrank: these idle nodes were given back to the batch system."""
+
+    hosts: tuple[str, ...]
+
+
 Event = (
     Submitted | CancelRequested | ResizeRequested | StopRequested | PassDue
     | Launched | LaunchFailed | Exited | HostsGone | JobLost | LimitReached
     | Registered | Unregistered | ShrinkAnswered | GrowAnswered | OrderRefused | OrderDeferred
     | OrderDeadline | OrderUndeliverable | NodesRequested | HostsReleased | NodeDown | NodeUp
+    | NodesAdded | NodesRemoved
 )
 
 EVENT_TYPES: tuple[type[_Event], ...] = (
@@ -272,4 +287,5 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     Launched, LaunchFailed, Exited, HostsGone, JobLost, LimitReached,
     Registered, Unregistered, ShrinkAnswered, GrowAnswered, OrderRefused, OrderDeferred,
     OrderDeadline, OrderUndeliverable, NodesRequested, HostsReleased, NodeDown, NodeUp,
+    NodesAdded, NodesRemoved,
 )

@@ -20,6 +20,7 @@ class NodeState(str, Enum):
     IDLE = "idle"
     ALLOCATED = "allocated"
     DOWN = "down"
+    GONE = "gone"  # given back to the batch system; no longer part of the cluster
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:
@@ -109,10 +110,53 @@ class NodeTable:
             self._free.add(0, len(self.names))
         self._free_count = len(self.names)
         self._held: dict[int, Intervals] = {}  # job -> the nodes it owns
+        # Nodes given back (the allocation shrank); their indices stay, so intervals and
+        # owners never renumber, and a node that comes back takes its old index again.
+        self.gone: set[str] = set()
 
     @property
     def total(self) -> int:
-        return len(self.names)
+        return len(self.names) - len(self.gone)
+
+    @property
+    def members(self) -> list[str]:
+        """The nodes that are part of the cluster now, in index order."""
+        if not self.gone:
+            return list(self.names)
+        return [n for n in self.names if n not in self.gone]
+
+    # ---- the cluster grows and shrinks (the allocation itself) -------------------------------
+    def add(self, names: list[str]) -> None:
+        """New nodes join as free (names seen before take their old index again)."""
+        if len(set(names)) != len(names):
+            raise InvalidTransition(f"nodes added twice: {' '.join(names)}")
+        present = [n for n in names if n in self.index and n not in self.gone]
+        if present:
+            raise InvalidTransition(f"nodes already in the cluster: {' '.join(present)}")
+        for n in names:
+            i = self.index.get(n)
+            if i is None:
+                i = self.index[n] = len(self.names)
+                self.names.append(n)
+                self._owner.append(None)
+            self.gone.discard(n)
+            if n not in self.down:
+                self._free.add(i, i + 1)
+                self._free_count += 1
+
+    def remove(self, names: list[str]) -> None:
+        """Idle nodes leave the cluster (down ones included)."""
+        bad = [n for n in names if n not in self.index or n in self.gone or self._owner[self.index[n]] is not None]
+        if bad or len(set(names)) != len(names):
+            raise InvalidTransition(f"only idle nodes of the cluster can leave it: {' '.join(bad or names)}")
+        for n in names:
+            i = self.index[n]
+            if n in self.down:
+                self.down.discard(n)
+            else:
+                self._free.remove(i, i + 1)
+                self._free_count -= 1
+            self.gone.add(n)
 
     @property
     def free_count(self) -> int:
@@ -128,8 +172,10 @@ class NodeTable:
 
     @property
     def owner(self) -> dict[str, int | None]:
-        """Every node's job (None when free); built on demand, for status displays."""
-        return dict(zip(self.names, self._owner))
+        """Every member node's job (None when free); built on demand, for status displays."""
+        if not self.gone:
+            return dict(zip(self.names, self._owner))
+        return {n: o for n, o in zip(self.names, self._owner) if n not in self.gone}
 
     def free_hosts(self) -> list[str]:
         out: list[str] = []
@@ -138,6 +184,8 @@ class NodeTable:
         return out
 
     def state_of(self, name: str) -> NodeState:
+        if name in self.gone:
+            return NodeState.GONE
         if name in self.down:
             return NodeState.DOWN
         return NodeState.IDLE if self.owner_of(name) is None else NodeState.ALLOCATED
@@ -160,7 +208,7 @@ class NodeTable:
     def claim(self, job_id: int, hosts: list[str]) -> None:
         """Give the job exactly these free nodes (a job found again after a daemon restart)."""
         idx = [self.index[h] for h in hosts]
-        taken = [self.names[i] for i in idx if self._owner[i] is not None]
+        taken = [self.names[i] for i in idx if self._owner[i] is not None or self.names[i] in self.gone]
         if taken or len(set(idx)) != len(idx):
             raise InvalidTransition(f"job {job_id}: nodes {' '.join(taken) or 'named twice'} not free")
         held = self._held.setdefault(job_id, Intervals())

@@ -483,7 +483,7 @@ class Daemon:
         core = self.core
         self.event_log.start({
             "version": __version__, "time": self._restored_at, "recovered": self.recovered_jobs > 0,
-            "nodes": list(core.nodes.names), "policy": core.policy.name, "params": dict(self.policy_settings),
+            "nodes": core.nodes.members, "policy": core.policy.name, "params": dict(self.policy_settings),
             "order_deadline": core.order_deadline, "refuse_backoff": core.refuse_backoff,
             "next_job_id": core.next_job_id, "next_order": core.next_order_id,
         })

@@ -54,4 +54,4 @@ def job_info(job: Job, now: float) -> JobInfo:
 
 
 def node_infos(nodes: NodeTable) -> list[NodeInfo]:
-    return [NodeInfo(name=n, state=nodes.state_of(n).value, job_id=nodes.owner_of(n)) for n in nodes.names]
+    return [NodeInfo(name=n, state=nodes.state_of(n).value, job_id=nodes.owner_of(n)) for n in nodes.members]

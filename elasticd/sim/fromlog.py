@@ -57,8 +57,8 @@ def load(path: Path) -> LoggedRun:
                                       min_nodes=n0, max_nodes=n0, preferred=n0, work=run * sim.speedup.speedup(n0))
         jobs.append(sim)
     segments_header = _first_header(path)
-    return LoggedRun(len(core.nodes.names), str(segments_header["policy"]), dict(segments_header.get("params", {})),
-                     jobs, windowed_summary([_record(j) for j in ran], len(core.nodes.names), 0.0),
+    return LoggedRun(core.nodes.total, str(segments_header["policy"]), dict(segments_header.get("params", {})),
+                     jobs, windowed_summary([_record(j) for j in ran], core.nodes.total, 0.0),
                      len(core.jobs) - len(ran))
 
 
