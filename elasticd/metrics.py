@@ -93,6 +93,7 @@ class SizedRecord:
     sizes: tuple[tuple[float, int], ...]
     shrinks: int = 0
     expands: int = 0
+    timed_out: bool = False  # ended by its time limit
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class WindowSummary:
     mean_bounded_slowdown: float
     shrinks_per_job: float
     expands_per_job: float
+    timeouts: float = 0.0  # share of the measured jobs ended by their time limit
 
 
 def busy_node_seconds(records: list[SizedRecord], t0: float, t1: float) -> float:
@@ -129,7 +131,7 @@ def windowed_summary(
     and up to the last submission; utilization over that same window (drain-down excluded).
     Makespan is the whole run's: first submission to last end."""
     if not records:
-        return WindowSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return WindowSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     first = min(r.submit for r in records)
     last_submit = max(r.submit for r in records)
     w0 = first + warmup
@@ -156,6 +158,7 @@ def windowed_summary(
         mean_bounded_slowdown=statistics.fmean(bsld),
         shrinks_per_job=statistics.fmean(r.shrinks for r in sel),
         expands_per_job=statistics.fmean(r.expands for r in sel),
+        timeouts=statistics.fmean(r.timed_out for r in sel),
     )
 
 

@@ -140,7 +140,7 @@ _CORE_TEST_MODULES = ("test_core_", "test_polic", "test_cluster_discovery")
 @pytest.fixture(autouse=True)
 def _core_invariants_after_every_event(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     module = request.module.__name__.rsplit(".", 1)[-1]
-    if not module.startswith(_CORE_TEST_MODULES) or module == "test_policy_sd_lookahead":
+    if not module.startswith(_CORE_TEST_MODULES) or module in ("test_policy_sd_lookahead", "test_policy_baselines"):
         return
     from core_support import check_invariants
     from elasticd.core.engine import Core

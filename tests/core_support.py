@@ -33,7 +33,8 @@ def check_books(core: Core) -> None:
             owned_by.setdefault(o, []).append(n)
     for jid, job in core.jobs.items():
         owned = owned_by.get(jid, [])
-        assert sorted(job.hosts) == owned, f"job {jid}: hosts {job.hosts}, node table {owned}"
+        assert sorted(job.hosts, key=core.nodes.index.__getitem__) == owned, \
+            f"job {jid}: hosts {job.hosts}, node table {owned}"
         for h in job.hosts:
             assert h not in held_by, f"{h} held by jobs {held_by[h]} and {jid}"
             held_by[h] = jid

@@ -60,7 +60,7 @@ from elasticd.core.events import (
 from elasticd.core.states import JobState
 from elasticd.errors import OrderRejected
 from elasticd.policies import POLICIES, make_policy
-from elasticd.policies.base import Decision, PendingView, Snapshot, Start
+from elasticd.policies.base import Decision, PendingView, Snapshot, Start, limit_at
 
 # Policies that promise not to start a job ahead of the queue head if that delays it.
 FCFS_BASED = {name for name in POLICIES if name not in ("backfill",)}
@@ -137,8 +137,9 @@ def check_head_not_delayed(policy: str, snap: Snapshot, decisions: list[Decision
     def occupy(j: PendingView) -> None:
         nonlocal available
         available -= size[j.job_id]
-        if j.time_limit is not None:
-            releases.append((now + j.time_limit, size[j.job_id]))
+        limit = limit_at(j, size[j.job_id])
+        if limit is not None:
+            releases.append((now + limit, size[j.job_id]))
 
     for j in pending[:k]:
         occupy(j)

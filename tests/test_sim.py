@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN
-from elastic_apps.models import Amdahl
+from elastic_protocol.models import Amdahl
 
 from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
 from elasticd.policies import make_policy
@@ -219,3 +219,26 @@ def test_sim_command_rejects_bad_arguments_clearly(tmp_path: Path) -> None:
     r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf.gz"), "--malleable", "0,150"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "within 0..100" in r.stderr
+
+
+def test_a_trace_whose_jobs_count_processors_is_read_in_nodes_from_its_header(tmp_path: Path) -> None:
+    """Finding 4: MaxNodes 4 and MaxProcs 16 with jobs of up to 16 processors is a 4-node
+    machine of 4 processors each, said in one line; read as nodes it would drop every wide job."""
+    rows = [row(1, 0, 50, 16, 60), row(2, 5, 50, 6, 60), row(3, 9, 10, 1, 20)]
+    t = read_swf(swf(tmp_path, rows, header="; MaxNodes: 4\n; MaxProcs: 16\n"))
+    assert t.nodes == 4 and [j.nodes for j in t.jobs] == [4, 2, 1]
+    assert "4 per node from the header's MaxProcs 16 / MaxNodes 4" in t.report()
+
+
+def test_a_reading_that_makes_many_jobs_wider_than_the_machine_is_an_error_naming_the_options(tmp_path: Path) -> None:
+    rows = [row(i, i, 50, 16 if i % 2 else 2, 60) for i in range(1, 41)]
+    path = swf(tmp_path, rows, header="; MaxNodes: 4\n; MaxProcs: 16\n")
+    with pytest.raises(TraceError, match=r"20 of 40 jobs are wider than the machine read as 4 nodes.*--cores-per-node.*--nodes"):
+        read_swf(path, nodes=4)  # the header's MaxNodes, sizes taken for nodes
+    assert read_swf(path, cores_per_node=4).nodes == 4  # what the error suggests works
+
+
+def test_a_few_jobs_wider_than_the_machine_are_dropped_and_counted(tmp_path: Path) -> None:
+    rows = [row(i, i, 50, 2, 60) for i in range(1, 200)] + [row(200, 300, 50, 9, 60)]
+    t = read_swf(swf(tmp_path, rows))
+    assert len(t.jobs) == 199 and t.dropped["wider than the machine"] == 1

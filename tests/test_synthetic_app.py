@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import RunningDaemon, write_job
-from elastic_apps.models import (
+from elastic_protocol.models import (
     Amdahl,
     ReconfigCost,
     Rho,

@@ -22,7 +22,7 @@ from elastic_apps.channel import JobChannel
 from elastic_apps.env import job_env
 from elastic_apps.errors import ElasticAppError
 from elastic_apps.handler import MalleableHandler
-from elastic_apps.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
+from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 
 LEADER_KEY = "synthetic-leader"
 

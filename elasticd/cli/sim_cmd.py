@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"malleable job percentages, comma-separated (default {DEFAULT_FRACTIONS})")
     s.add_argument("--seeds", type=int, default=3, metavar="K", help="seeds per cell (default 3)")
     s.add_argument("--nodes", type=int, help="machine size (default: from the trace header)")
-    s.add_argument("--cores-per-node", type=int, default=1, metavar="C",
-                   help="processors per node, to turn logged processors into nodes (default 1)")
+    s.add_argument("--cores-per-node", type=int, default=None, metavar="C",
+                   help="processors per node, to turn logged processors into nodes (default: from the "
+                   "header's MaxProcs / MaxNodes when both are there, else 1)")
     s.add_argument("--rule", choices=["efficiency", "mebf"], default="efficiency",
                    help="how a malleable job's min/preferred/max are set (default efficiency)")
     s.add_argument("--model", choices=["amdahl", "rho"], default="amdahl", help="speedup model family")
@@ -73,7 +74,7 @@ def run_sim(args: argparse.Namespace) -> int:
         return run_from_log(args)
     if args.trace is None:
         raise ElasticError("give a trace (TRACE.swf) or --from-log STATE_DIR")
-    from elastic_apps.models import ReconfigCost
+    from elastic_protocol.models import ReconfigCost
 
     from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress
     from elasticd.sim.workload import MalleabilityRule
@@ -129,7 +130,8 @@ def vars_for_json(args: argparse.Namespace) -> dict:
 
 def print_summary(summary: list[dict]) -> None:
     base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
-    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "SHRINK/J", "EXPAND/J", "vs EASY 0%: TAT / WAIT / UTIL")
+    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "TIMEOUT%", "SHRINK/J", "EXPAND/J",
+            "vs EASY 0%: TAT / WAIT / UTIL")
     rows = [head]
     for r in summary:
         rel = ""
@@ -140,7 +142,8 @@ def print_summary(summary: list[dict]) -> None:
             rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
         rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
                      f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",
-                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{r['shrinks_per_job_mean']:.2f}",
+                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{100 * r['timeouts_mean']:.2f}",
+                     f"{r['shrinks_per_job_mean']:.2f}",
                      f"{r['expands_per_job_mean']:.2f}", rel))
     widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
     for x in rows:

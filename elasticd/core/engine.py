@@ -49,8 +49,10 @@ from elasticd.core.events import (
     Unregistered,
 )
 from elasticd.core.job import Job
+from elasticd.core.limits import resize_limit, start_limit
 from elasticd.core.nodes import NodeTable
 from elasticd.core.orders import Order, Settlement
+from elasticd.core.sizes import fit_bounds
 from elasticd.core.states import JobState
 from elasticd.errors import (
     InvalidTransition,
@@ -289,6 +291,7 @@ class Core:
             model=j.spec.model,
             evolution=j.spec.evolution_steps,
             history=_size_history(j),
+            limit_end=j.limit_due,
         )
 
     @staticmethod
@@ -315,6 +318,8 @@ class Core:
             self.jobs[job.job_id] = job
             self._changed.add(job.job_id)
             self._next_id = max(self._next_id, job.job_id + 1)
+            lo, hi, pref = job.bounds
+            job.bounds = (lo, min(hi, self.nodes.total), min(pref, self.nodes.total))
             if job.state is JobState.PENDING:
                 self._pending[job.job_id] = self._pending_view(job)
             elif job.state.holds_nodes:
@@ -340,20 +345,17 @@ class Core:
         return []
 
     # ---- submission and scheduling ---------------------------------------------------
-    def check_fits(self, spec: JobSpec) -> None:
-        """Reject at submit time what could never start here, one problem per line."""
-        lo, _hi, _pref = spec.node_bounds
-        if lo > self.nodes.total:
-            field = "nodes" if isinstance(spec.nodes, int) else "nodes.min"
-            raise JobRejected(
-                [f"{field}: {lo} nodes requested but the cluster has {self.nodes.total}"]
-            )
+    def fit(self, spec: JobSpec) -> tuple[int, int, int]:
+        """The job's (min, max, preferred) on this cluster (elasticd.core.sizes), or
+        JobRejected when it could never start here."""
+        return fit_bounds(spec.node_bounds, self.nodes.total, "nodes" if isinstance(spec.nodes, int) else "nodes.min")
 
     def _submitted(self, ev: Submitted) -> list[Action]:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:
             raise InvalidTransition(f"submitted as job {ev.job_id}; the next id is {self._next_id}")
-        self.check_fits(ev.spec)
+        bounds = self.fit(ev.spec)
         job = Job(job_id=ev.job_id, spec=ev.spec, submit_time=ev.time)
+        job.bounds = bounds
         self._next_id = ev.job_id + 1
         self.jobs[job.job_id] = job
         self._pending[job.job_id] = self._pending_view(job)
@@ -417,17 +419,22 @@ class Core:
             else:
                 raise PolicyError(f"{name}: unknown decision {d!r}")
 
-    def _limit_of(self, job: Job) -> list[Action]:
-        limit = job.time_limit
-        if limit is None or job.start_time is None:
-            return []
-        return [ArmLimit(job.job_id, job.start_time + limit)]
+    @staticmethod
+    def _limit_of(job: Job) -> list[Action]:
+        return [] if job.limit_due is None else [ArmLimit(job.job_id, job.limit_due)]
+
+    @staticmethod
+    def _rearm(job: Job, old: int, new: int, now: float) -> list[Action]:
+        """The job changed size: its limit moves with its model (elasticd.core.limits)."""
+        due = resize_limit(job, old, new, now)
+        return [] if due is None else [ArmLimit(job.job_id, due)]
 
     def _start(self, d: Start, now: float) -> list[Action]:
         job = self._mut(d.job_id)
         job.hosts = self.nodes.allocate(job.job_id, d.nodes)
         job.state = JobState.RUNNING
         job.start_time = now
+        start_limit(job, now)
         job.account(now)
         del self._pending[job.job_id]
         self._active[job.job_id] = None
@@ -533,7 +540,7 @@ class Core:
         job.state = JobState.RUNNING
         job.last_resize = ev.time
         job.record(ev.time, K.GROWN, order.cause, f"order {order.order_id}: +{order.count}")
-        return []
+        return self._rearm(job, job.size - order.count, job.size, ev.time)
 
     def _refused(self, ev: OrderRefused) -> list[Action]:
         job = self.job(ev.job_id)
@@ -604,6 +611,7 @@ class Core:
             return []  # the whole job ended meanwhile; its nodes are already free
         now = ev.time
         mine = [h for h in ev.hosts if h in job.leaving]
+        before = job.size
         job.account(now)
         self.nodes.release(job.job_id, mine)
         gone = set(mine)
@@ -630,7 +638,7 @@ class Core:
             job.last_resize = now
         if not job.leaving:
             job.release_cause = None
-        return []
+        return self._rearm(job, before, job.size, now)
 
     # ---- registration and evolving requests ---------------------------------------------
     def _registered(self, ev: Registered) -> list[Action]:

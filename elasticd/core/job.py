@@ -55,6 +55,11 @@ class Job:
     no_orders_until: float = 0.0
     refused_until: float = 0.0  # policies leave the job alone until then
     events: list[JobEvent] = field(default_factory=list)
+    # The time limit as it stands (elasticd.core.limits): reference seconds used up to
+    # limit_since, and when the limit falls at the current size.
+    limit_used: float = 0.0
+    limit_since: float | None = None
+    limit_due: float | None = None
     node_seconds: float = 0.0
     _size_since: float | None = None
     # The (time, nodes) history read from `events[:_history_seen]` (engine._size_history).

@@ -42,6 +42,7 @@ def job_state(job: Job) -> dict[str, Any]:
         "no_orders_until": job.no_orders_until,
         "refused_until": job.refused_until,
         "events": [[e.time, e.event, e.nodes, list(e.hosts), e.detail, e.cause] for e in job.events],
+        "limit": [job.limit_used, job.limit_since, job.limit_due],
         "node_seconds": job.node_seconds,
         "size_since": job._size_since,
     }
@@ -73,6 +74,11 @@ def restore_job(job_id: int, spec: JobSpec, data: dict[str, Any]) -> Job:
     job.no_orders_until = data["no_orders_until"]
     job.refused_until = data["refused_until"]
     job.events = [_event(e) for e in data["events"]]
+    limit = data.get("limit")
+    if limit is not None:
+        job.limit_used, job.limit_since, job.limit_due = limit
+    elif job.start_time is not None and job.time_limit is not None:  # journals before limits scaled
+        job.limit_since, job.limit_due = job.start_time, job.start_time + job.time_limit
     job.node_seconds = data["node_seconds"]
     job._size_since = data["size_since"]
     return job

@@ -26,7 +26,7 @@ class PendingView:
     min_nodes: int
     max_nodes: int
     preferred: int
-    time_limit: float | None  # seconds; None = unlimited
+    time_limit: float | None  # seconds at its preferred size; None = unlimited
     # For the policies that predict run times (MEBF, SD-Policy); None: no model given.
     model: PerfModel | None = None
     # An evolving job's declared steps, for the fit policy; empty: none declared.
@@ -67,10 +67,15 @@ class RunningView:
     # (time, nodes) for every size the job has had, from its start; empty: its size now
     # since its start (hand-made views).
     history: tuple[tuple[float, int], ...] = ()
+    # When its time limit falls, as the core keeps it (scaled by the job's model across
+    # resizes, see elasticd.core.limits); None in hand-made views: start + time_limit.
+    limit_end: float | None = None
 
     @property
     def estimated_end(self) -> float:
         """When backfilling may count on this job's nodes: its limit, or never."""
+        if self.limit_end is not None:
+            return self.limit_end
         if self.time_limit is None:
             return math.inf
         return self.start_time + self.time_limit
@@ -133,6 +138,16 @@ def start_size(job: PendingView, available: int) -> int | None:
     if job.kind in (JobKind.RIGID, JobKind.EVOLVING):
         return need
     return min(job.max_nodes, available)
+
+
+def limit_at(job: PendingView, n: int) -> float | None:
+    """The job's time limit if it starts on n nodes: its limit at its preferred size, scaled
+    by its model (the core's rule, elasticd.core.limits); as given when it has no model."""
+    limit = job.time_limit
+    if limit is None or job.model is None or n == job.preferred:
+        return limit
+    s = job.model.speedup_model
+    return limit * s.speedup(job.preferred) / s.speedup(n)
 
 
 def grant_requests(snap: Snapshot, free: int) -> list[Decision]:

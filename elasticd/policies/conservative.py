@@ -27,6 +27,7 @@ from elasticd.policies.base import (
     RunningView,
     Snapshot,
     Start,
+    limit_at,
     start_size,
 )
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
@@ -132,14 +133,17 @@ class ConservativeBackfill:
                 continue
             job: PendingView = e  # type: ignore[assignment]
             need = needs[i]
-            dur = math.inf if job.time_limit is None else float(job.time_limit)
+            limit = limit_at(job, need)
+            dur = math.inf if limit is None else float(limit)
             ts = prof.earliest(need, dur)
             if ts == now and free >= need:
                 n = start_size(job, min(free, prof.min_free(now, now + dur)))
                 assert n is not None
                 out.append(Start(job.job_id, n))
                 free -= n
-                prof.reserve(now, now + dur, n)
+                # Wider than its need, it ends sooner (its limit scales with its model).
+                limit = limit_at(job, n)
+                prof.reserve(now, now + (math.inf if limit is None else float(limit)), n)
             elif ts != math.inf:
                 # Planned now but its nodes are still being given back: it keeps them.
                 prof.reserve(ts, ts + dur, need)

@@ -24,6 +24,7 @@ from elasticd.policies.base import (
     Snapshot,
     Start,
     grant_requests,
+    limit_at,
     start_nodes_of,
     start_size,
 )
@@ -49,7 +50,7 @@ def shadow_time(
     # (end, nodes coming back); jobs past their end count as ending now, all together.
     ordered = sorted(
         [
-            (inf if r.time_limit is None else r.start_time + r.time_limit, r.size - r.shrinking)
+            (r.estimated_end, r.size - r.shrinking)
             for r in running
             if not r.ending
         ]
@@ -115,8 +116,11 @@ def easy_pass(
         if free < need(job):
             waiting.append(job)
             continue
-        ends_in_time = job.time_limit is not None and now + job.time_limit <= shadow
-        n = size(job, free) if ends_in_time else size(job, min(free, extra))
+        n = size(job, free)
+        limit = None if n is None else limit_at(job, n)
+        ends_in_time = limit is not None and now + limit <= shadow
+        if not ends_in_time:
+            n = size(job, min(free, extra))
         if n is None:
             waiting.append(job)
             continue
@@ -148,4 +152,5 @@ def _as_running(job: PendingView, n: int, now: float) -> RunningView:
         malleable_ready=False,
         last_resize=None,
         ending=False,
+        limit_end=None if (limit := limit_at(job, n)) is None else now + limit,
     )

@@ -1,5 +1,5 @@
 """What the model-driven policies (MEBF, SD-Policy) predict about a job, using the one
-implementation of the models in `elastic_apps.models` (speedup, reconfiguration cost,
+implementation of the models in `elastic_protocol.models` (speedup, reconfiguration cost,
 WorkProgress), so a policy predicts by the same arithmetic the synthetic application and
 the simulator follow.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from elastic_apps.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
+from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 from elastic_protocol.jobspec import PerfModel
 
 from elasticd.policies.base import PendingView, RunningView

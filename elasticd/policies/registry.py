@@ -30,6 +30,9 @@ class PolicyEntry:
     summary: str
     build: Callable[..., Policy]  # called with every parameter's value, by name
     params: tuple[Param, ...] = field(default=())
+    # The rigid policy it is with no malleable job at all (tests/test_policy_baselines.py
+    # checks it per job on every shared trace): what it is to be compared with.
+    base: str = "easy"
 
 
 RESIZE_INTERVAL = Param(
@@ -91,11 +94,11 @@ _ENTRIES: list[PolicyEntry] = [
     PolicyEntry("easy", "easy", "EASY backfilling: later jobs start only if they do not delay the "
                 "first waiting job (default)", lambda: EasyBackfill()),
     PolicyEntry("fcfs", "fcfs", "first come, first served: nothing overtakes the first waiting job",
-                lambda: Fcfs()),
+                lambda: Fcfs(), base="fcfs"),
     PolicyEntry("backfill", "backfill", "greedy backfilling: any job that fits the idle nodes starts, "
-                "no reservation (unfair)", lambda: GreedyBackfill()),
+                "no reservation (unfair)", lambda: GreedyBackfill(), base="backfill"),
     PolicyEntry("conservative", "conservative", "conservative backfilling: a reservation for every "
-                "waiting job; nothing delays any of them", lambda: ConservativeBackfill()),
+                "waiting job; nothing delays any of them", lambda: ConservativeBackfill(), base="conservative"),
     PolicyEntry("malleable", "malleable", "the seed's minAgree: EASY with malleable jobs at their "
                 "minimum, widest shrunk for waiting jobs, idle nodes to the narrowest",
                 lambda **kw: MalleableMinAgree(**kw), (RESIZE_INTERVAL,)),
@@ -114,9 +117,9 @@ _ENTRIES: list[PolicyEntry] = [
         for e in EXPANDS
     ],
     PolicyEntry("sd", "sd", "SD-Policy: shrink up to 2 running mates to start a malleable job "
-                "when its predicted end improves", lambda **kw: SdPolicy(**kw), SD_PARAMS),
+                "when its predicted end improves", lambda **kw: SdPolicy(**kw), SD_PARAMS, base="conservative"),
     PolicyEntry("fit", "fit", "evolving-profile list scheduling: declared evolutions fitted "
-                "around each other (noX/2X/infX)", lambda **kw: EvolvingFit(**kw), FIT_PARAMS),
+                "around each other (noX/2X/infX)", lambda **kw: EvolvingFit(**kw), FIT_PARAMS, base="fit"),
 ]
 
 REGISTRY: dict[str, PolicyEntry] = {e.name: e for e in _ENTRIES}
@@ -162,12 +165,15 @@ def render_policies() -> str:
     width = max(len(n) for n in REGISTRY) + 2
     lines = [
         "Policies (--policy NAME); parameters: --policy-param KEY=VALUE, or a [policy.NAME] "
-        "(or [policy.FAMILY]) table in --policy-config FILE.",
+        "(or [policy.FAMILY]) table in --policy-config FILE. [rigid: as X]: with no malleable "
+        "job, the policy schedules exactly as X does.",
         "",
     ]
     for family, names in FAMILIES.items():
         for n in names:
-            lines.append(f"  {n:<{width}}{REGISTRY[n].summary}")
+            e = REGISTRY[n]
+            base = "" if e.base == n else f" [rigid: as {e.base}]"
+            lines.append(f"  {n:<{width}}{e.summary}{base}")
         params = REGISTRY[names[0]].params
         if params:
             pwidth = max(len(p.describe()) for p in params) + 2

@@ -18,6 +18,7 @@ from typing import Any
 
 from elasticd.core.events import SIZE_CHANGES, JobEventKind
 from elasticd.core.job import Job
+from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord, WindowSummary, windowed_summary
 from elasticd.policies.registry import make_policy
@@ -73,7 +74,8 @@ def _record(job: Job) -> SizedRecord:
     sizes = [(e.time, e.nodes) for e in job.events if e.event in SIZE_CHANGES] + [(job.end_time, 0)]
     shrinks = sum(1 for e in job.events if e.event is JobEventKind.SHRUNK)
     expands = sum(1 for e in job.events if e.event is JobEventKind.GROWN)
-    return SizedRecord(job.job_id, job.submit_time, job.start_time, job.end_time, tuple(sizes), shrinks, expands)
+    return SizedRecord(job.job_id, job.submit_time, job.start_time, job.end_time, tuple(sizes), shrinks, expands,
+                       job.state is JobState.TIMEOUT)
 
 
 def what_if(run: LoggedRun, policy: str, params: dict[str, object] | None = None) -> WindowSummary:

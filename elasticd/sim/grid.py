@@ -32,6 +32,7 @@ METRICS = (
     "mean_bounded_slowdown",
     "shrinks_per_job",
     "expands_per_job",
+    "timeouts",
 )
 
 
@@ -39,7 +40,7 @@ METRICS = (
 class TraceSource:
     path: Path
     nodes: int | None = None
-    cores_per_node: int = 1
+    cores_per_node: int | None = None
 
     def load(self) -> Trace:
         return read_swf(self.path, self.nodes, self.cores_per_node)

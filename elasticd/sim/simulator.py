@@ -6,6 +6,14 @@ moment it says so. Reconfiguration cost is charged to the job's progress (WorkPr
 not to the scheduler. Events at one instant are applied together, then the policy is asked
 once; a pass that resized jobs is followed by another at the same instant (nodes freed by a
 shrink start the waiting job), and by a wake-up when the policy's resize interval passes.
+An instant where nothing happened (only the stale end of a job that was resized since, or
+a limit armed before a resize moved it) is no instant at all: the daemon never has one.
+
+Time limits are the core's (elasticd.core.limits): the core arms each job's limit and the
+simulator feeds LimitReached when it falls, so a job ends TIMEOUT here exactly as in the
+daemon. A job whose work ends at its limit's instant (within LIMIT_TIE seconds: both are
+floating-point sums) completes: its end is handled first, as a process that exits before
+its batch system's kill does.
 """
 
 from __future__ import annotations
@@ -14,19 +22,21 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from elastic_apps.models import WorkProgress
-from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange
+from elastic_protocol.models import WorkProgress
+from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange, PerfModel
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import OrderKind
 from elasticd.core.states import JobState
+from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob
 
-_SUBMIT, _END, _WAKE = 0, 1, 2
+_SUBMIT, _END, _WAKE, _LIMIT = 0, 1, 2, 3
 MAX_PASSES_PER_INSTANT = 8
+LIMIT_TIE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -45,20 +55,25 @@ class JobOutcome:
 
     def record(self) -> SizedRecord:
         assert self.start is not None and self.end is not None
-        return SizedRecord(self.job_id, self.submit, self.start, self.end, self.sizes, self.shrinks, self.expands)
+        return SizedRecord(self.job_id, self.submit, self.start, self.end, self.sizes, self.shrinks, self.expands,
+                           self.state == JobState.TIMEOUT.value)
 
 
-_SPECS: dict[tuple[bool, bool, int, int, int, int], JobSpec] = {}
+_SPECS: dict[tuple[object, ...], JobSpec] = {}
 
 
 def _spec(j: SimJob) -> JobSpec:
-    """Trace jobs were validated by the reader, so pydantic's validation is skipped; specs
-    are frozen, so jobs alike share one."""
-    limit = int(math.ceil(j.limit))
-    key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit)
+    """The job file a trace job would have: its node range, its time limit at its preferred
+    size and its performance model (speedup and reconfiguration cost, not its work: a
+    scheduler knows a job's limit, not how long it will really run). Trace jobs were
+    validated by the reader, so pydantic's validation is skipped; specs are frozen, so jobs
+    alike share one."""
+    limit = int(math.ceil(j.limit_at_preferred))
+    text = j.speedup.text if j.has_model else None
+    key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit, text, j.cost)
     spec = _SPECS.get(key)
     if spec is None:
-        spec = _SPECS[key] = _make_spec(j, limit)
+        spec = _SPECS[key] = _make_spec(j, limit, text)
     return spec
 
 
@@ -66,15 +81,18 @@ def _spec(j: SimJob) -> JobSpec:
 # model_construct, which fills in every default anew (8,000 distinct specs in a trace).
 _RANGE = NodeRange.model_construct(min=1, max=1, preferred=1)
 _TEMPLATE = JobSpec.model_construct(name="sim", command=["sim"], nodes=1, kind=JobKind.RIGID, time_limit="1:00")
+_MODEL = PerfModel.model_construct(speedup="linear", work=None, alpha=0.0, beta=0.0, b=0.0)
 
 
-def _make_spec(j: SimJob, limit: int) -> JobSpec:
+def _make_spec(j: SimJob, limit: int, text: str | None) -> JobSpec:
     tl = f"{limit // 60}:{limit % 60:02d}"
+    model = None if text is None else _MODEL.model_copy(
+        update={"speedup": text, "alpha": j.cost.alpha, "beta": j.cost.beta, "b": j.cost.b})
     if j.malleable or j.moldable:
         nodes = _RANGE.model_copy(update={"min": j.min_nodes, "max": j.max_nodes, "preferred": j.preferred})
         kind = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
-        return _TEMPLATE.model_copy(update={"nodes": nodes, "kind": kind, "time_limit": tl})
-    return _TEMPLATE.model_copy(update={"nodes": j.nodes, "time_limit": tl})
+        return _TEMPLATE.model_copy(update={"nodes": nodes, "kind": kind, "time_limit": tl, "model": model})
+    return _TEMPLATE.model_copy(update={"nodes": j.nodes, "time_limit": tl, "model": model})
 
 
 class Simulation:
@@ -87,6 +105,7 @@ class Simulation:
         self._sim_of: dict[int, SimJob] = {}  # core job id -> workload job
         self._progress: dict[int, WorkProgress] = {}
         self._version: dict[int, int] = {}
+        self._limit_version: dict[int, int] = {}
         self.passes = 0
         self.resizes = 0
 
@@ -102,6 +121,8 @@ class Simulation:
         core = self.core
         while events:
             now = events[0][0]
+            happened = False
+            limits: list[int] = []
             while events and events[0][0] == now:
                 _, _, kind, a, b = heapq.heappop(events)
                 if kind == _SUBMIT:
@@ -109,10 +130,25 @@ class Simulation:
                     jid = core.next_job_id
                     core.handle(ev.Submitted(now, jid, _spec(j)))
                     self._sim_of[jid] = j
+                    happened = True
                 elif kind == _END:
                     if self._version.get(a) == b:
                         core.handle(ev.Exited(now, a, 0, 0))
                         self._progress.pop(a, None)
+                        happened = True
+                elif kind == _LIMIT:
+                    if self._limit_version.get(a) == b:
+                        limits.append(a)
+                else:
+                    happened = True  # a wake-up: the resize interval passed
+            for jid in limits:  # after the ends of this instant: an end at the limit completes
+                p = self._progress.get(jid)
+                if p is None or p.end_time(now) <= now + LIMIT_TIE:
+                    continue
+                self._apply(core.handle(ev.LimitReached(now, jid)), now)
+                happened = True
+            if not happened:
+                continue
             before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
                 self.passes += 1
@@ -144,10 +180,10 @@ class Simulation:
                     keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
                     for r in core.handle(ev.ShrinkAnswered(now, a.job_id, a.order_id, tuple(keep[-a.count :]))):
                         assert isinstance(r, Reclaim)
-                        core.handle(ev.HostsGone(now, r.job_id, r.hosts))
+                        self._apply(core.handle(ev.HostsGone(now, r.job_id, r.hosts)), now)  # the limit moves
                     self._progress[a.job_id].resize(len(job.hosts), now)
                 else:
-                    core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts)))
+                    self._apply(core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts))), now)
                     j = self._sim_of[a.job_id]
                     # The old size computes on while the new processes start and join.
                     delay = j.grow_latency + j.grow_latency_per_node * a.count
@@ -157,14 +193,20 @@ class Simulation:
                 resized = resized or a.kind is OrderKind.SHRINK
                 self.resizes += 1
             elif isinstance(a, Reclaim):
-                core.handle(ev.HostsGone(now, a.job_id, a.hosts))
+                self._apply(core.handle(ev.HostsGone(now, a.job_id, a.hosts)), now)
                 resized = True
             elif isinstance(a, Terminate):
-                core.handle(ev.Exited(now, a.job_id, 0, 15))
+                # SIGTERM: the simulated processes are gone at once.
+                core.handle(ev.Exited(now, a.job_id, None, 15))
+                self._progress.pop(a.job_id, None)
+                self._version[a.job_id] = self._version.get(a.job_id, 0) + 1
+                resized = True
             elif isinstance(a, LaunchJoining):
                 pass  # the simulated application's new processes are up at once
             elif isinstance(a, ArmLimit):
-                pass  # trace jobs' limits are not enforced here yet
+                v = self._limit_version.get(a.job_id, 0) + 1
+                self._limit_version[a.job_id] = v
+                self._push(a.at, _LIMIT, a.job_id, v)
         return resized
 
     def _reschedule_end(self, job_id: int, now: float) -> None:
@@ -194,10 +236,18 @@ class Simulation:
         return out
 
 
+class SimulationError(ElasticError):
+    """A simulation that left jobs unfinished: a policy that never starts a job it accepted."""
+
+    code = "simulation_failed"
+
+
 def simulate(jobs: list[SimJob], nodes: int, policy: Policy) -> list[JobOutcome]:
+    """Every job's outcome; each ends COMPLETED or TIMEOUT (its time limit)."""
     sim = Simulation(jobs, nodes, policy)
     out = sim.run()
-    unfinished = [o for o in out if o.state != JobState.COMPLETED.value]
+    unfinished = [o for o in out if o.state not in (JobState.COMPLETED.value, JobState.TIMEOUT.value)]
     if unfinished:
-        raise RuntimeError(f"{len(unfinished)} jobs did not complete, e.g. {unfinished[0]}")
+        raise SimulationError(f"{policy.name}: {len(unfinished)} jobs did not finish, e.g. job {unfinished[0].job_id} "
+                              f"({unfinished[0].state})")
     return out

@@ -48,9 +48,10 @@ class Trace:
     adjusted: Counter[str] = field(default_factory=Counter)
     # Line numbers of malformed lines (first few), so they can be looked at.
     bad_lines: list[int] = field(default_factory=list)
+    units: str = ""  # how sizes were read (processors per node, and where that came from)
 
     def report(self) -> str:
-        parts = [f"{self.name}: {len(self.jobs)} jobs kept on {self.nodes} nodes"]
+        parts = [f"{self.name}: {len(self.jobs)} jobs kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
         if self.dropped:
             parts.append("dropped " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())))
         if self.adjusted:
@@ -70,9 +71,24 @@ def _header_value(line: str, key: str) -> int | None:
     return None
 
 
-def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, strict: bool = False) -> Trace:
-    """Parse `path`. Capacity: `nodes`, else the header's MaxNodes (or MaxProcs divided by
-    `cores_per_node`). Sizes: allocated processors (else requested) / cores_per_node, up.
+# More jobs than this share of a trace (and than MAX_WIDE_JOBS) wider than the machine means
+# the trace was read in the wrong units (processors taken for nodes, or the wrong machine
+# size): an error, not a drop.
+MAX_WIDE_SHARE = 0.01
+MAX_WIDE_JOBS = 10
+
+
+def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = None, strict: bool = False) -> Trace:
+    """Parse `path` (.swf or .swf.gz).
+
+    Units: a job's size is field 5 (allocated processors), else field 8 (requested), in
+    processors as the SWF standard says; nodes = ceil(processors / cores per node). Cores per
+    node: `cores_per_node` if given, else inferred from the header when it has both MaxNodes
+    and MaxProcs (MaxProcs // MaxNodes, rounded down when nodes differ), else 1. Capacity:
+    `nodes` if given, else MaxNodes, else MaxProcs / cores per node. What was inferred is said
+    in `Trace.units`. Jobs wider than the machine are dropped and counted, unless they are more
+    than 1 % of the trace and more than 10: that is a wrong reading and an error naming
+    --cores-per-node and --nodes.
 
     strict: a malformed line is an error naming its line number instead of a counted drop.
     """
@@ -111,18 +127,19 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, stri
                 bad.append(lineno)
             continue
         raw.append((lineno, values))
+
+    cpn, units = _units(nodes, cores_per_node, max_nodes, max_procs)
     if nodes is None:
-        if max_nodes and cores_per_node == 1:
-            nodes = max_nodes
-        elif max_procs:
-            nodes = max_procs // cores_per_node
-        elif max_nodes:
-            nodes = max_nodes
+        if cores_per_node is not None and max_procs:
+            nodes = max_procs // cpn  # the user's reading of the processors
+        else:
+            nodes = max_nodes if max_nodes else (max_procs // cpn if max_procs else None)
     if not nodes or nodes < 1:
         raise TraceError(f"{path}: no capacity in the header (; MaxNodes: / ; MaxProcs:); give --nodes")
 
     jobs: list[TraceJob] = []
     adjusted: Counter[str] = Counter()
+    widest = 0
     for lineno, v in raw:
         run = v[F_RUN - 1]
         procs = v[F_ALLOC - 1] if v[F_ALLOC - 1] > 0 else v[F_REQ_PROCS - 1]
@@ -136,9 +153,10 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, stri
         if procs <= 0:
             dropped["unknown size"] += 1
             continue
-        n = math.ceil(procs / cores_per_node)
+        n = math.ceil(procs / cpn)
         if n > nodes:
             dropped["wider than the machine"] += 1
+            widest = max(widest, int(procs))
             continue
         req = v[F_REQ_TIME - 1]
         if req <= 0:
@@ -150,9 +168,31 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int = 1, stri
         else:
             limit = req
         jobs.append(TraceJob(int(v[F_ID - 1]), submit, run, n, limit))
+    wide = dropped["wider than the machine"]
+    if wide > MAX_WIDE_JOBS and wide > MAX_WIDE_SHARE * (len(jobs) + wide):
+        raise TraceError(
+            f"{path}: {wide} of {len(jobs) + wide} jobs are wider than the machine read as {nodes} nodes "
+            f"({units}; the widest asks for {widest} processors): the units are wrong. Give --cores-per-node C "
+            f"(processors per node) or --nodes N (the machine's size)")
     if not jobs:
         raise TraceError(f"{path}: no usable job ({sum(dropped.values())} dropped)")
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     t0 = jobs[0].submit
     jobs = [TraceJob(j.job_id, j.submit - t0, j.run, j.nodes, j.limit) for j in jobs]
-    return Trace(path.name.removesuffix(".gz"), nodes, jobs, dropped, adjusted, bad)
+    return Trace(path.name.removesuffix(".gz"), nodes, jobs, dropped, adjusted, bad, units)
+
+
+def _units(nodes: int | None, cores_per_node: int | None, max_nodes: int | None,
+           max_procs: int | None) -> tuple[int, str]:
+    """(processors per node, one line saying how it was decided)."""
+    if cores_per_node is not None:
+        if cores_per_node < 1:
+            raise TraceError("--cores-per-node must be at least 1")
+        return cores_per_node, f"{cores_per_node} processor(s) per node as given"
+    if max_nodes and max_procs and max_procs > max_nodes and nodes is None:
+        cpn = max_procs // max_nodes
+        exact = "" if max_procs % max_nodes == 0 else f" ({max_procs / max_nodes:.1f}, rounded down: nodes differ)"
+        return cpn, (f"sizes in processors, {cpn} per node from the header's MaxProcs {max_procs} / "
+                     f"MaxNodes {max_nodes}{exact}")
+    return 1, "sizes in processors, 1 per node (the header's MaxNodes and MaxProcs agree)" if (
+        max_nodes and max_procs == max_nodes) else "sizes read as nodes (1 processor per node)"

@@ -25,7 +25,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from elastic_apps.models import Amdahl, ReconfigCost, Rho, SpeedupModel
+from elastic_protocol.models import Amdahl, ReconfigCost, Rho, SpeedupModel
 
 from elasticd.sim.swf import Trace
 
@@ -52,6 +52,19 @@ class SimJob:
     # A grow takes effect this long after the order (new processes start and join).
     grow_latency: float = 0.0
     grow_latency_per_node: float = 0.0
+    # Whether its job file declares its model (trace jobs always do; a replayed real job
+    # only if its file did): without one, its limit does not scale with its size.
+    has_model: bool = True
+
+    @property
+    def limit_at_preferred(self) -> float:
+        """Its limit as a job file states it, at its preferred size: the logged limit (at the
+        logged size) scaled by the model, T(preferred) / T(logged) (elasticd.core.limits
+        scales it again to whatever size the job runs on)."""
+        if not self.has_model or self.preferred == self.nodes:
+            return self.limit
+        s = self.speedup
+        return self.limit * s.speedup(self.nodes) / s.speedup(self.preferred)
 
 
 @dataclass(frozen=True)
@@ -151,7 +164,7 @@ def from_specs(
     Rigid jobs run at their fixed size; moldable and malleable ones carry their range. The
     work and speedup come from the model; a job without one runs its time limit at its
     preferred size."""
-    from elastic_apps.models import parse_speedup
+    from elastic_protocol.models import parse_speedup
     from elastic_protocol.jobspec import JobKind
 
     out = []
@@ -166,5 +179,6 @@ def from_specs(
         run = work / s.speedup(pref)
         out.append(SimJob(i + 1, spec.submit_offset, run, pref, limit, kind is JobKind.MALLEABLE, lo, hi, pref, s,
                           work, cost, startup, moldable=kind is JobKind.MOLDABLE, startup_per_node=startup_per_node,
-                          grow_latency=grow_latency, grow_latency_per_node=grow_latency_per_node))
+                          grow_latency=grow_latency, grow_latency_per_node=grow_latency_per_node,
+                          has_model=model is not None))
     return out

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from elastic_protocol.models import ReconfigCost, SpeedupModel, parse_speedup
 from elastic_protocol.timefmt import parse_time_limit
 
 
@@ -98,18 +99,19 @@ class PerfModel(BaseModel):
     @field_validator("speedup")
     @classmethod
     def _known_speedup(cls, v: str) -> str:
-        kind, _, value = v.partition(":")
-        kind = kind.strip().lower()
         try:
-            x = float(value) if value else None
+            parse_speedup(v)
         except ValueError:
-            x = -1.0
-        ok = (kind == "linear" and x is None) or (kind == "amdahl" and x is not None and 0 <= x <= 1) or (
-            kind == "rho" and x is not None and 0 <= x < 1
-        )
-        if not ok:
-            raise ValueError("must be 'linear', 'amdahl:F' with F in [0, 1] or 'rho:R' with R in [0, 1)")
+            raise ValueError("must be 'linear', 'amdahl:F' with F in [0, 1] or 'rho:R' with R in [0, 1)") from None
         return v
+
+    @property
+    def speedup_model(self) -> SpeedupModel:
+        return parse_speedup(self.speedup)
+
+    @property
+    def reconfig_cost(self) -> ReconfigCost:
+        return ReconfigCost(self.alpha, self.beta, self.b)
 
 
 class EvolutionStep(BaseModel):

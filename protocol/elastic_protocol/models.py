@@ -1,5 +1,7 @@
-"""Speedup and reconfiguration-cost models, shared by the synthetic application and the
-simulator, so that a simulated run and a real one follow the very same arithmetic.
+"""Speedup and reconfiguration-cost models: protocol-level data, because a job file declares
+its model (`model = { speedup = "amdahl:0.05", ... }`), the core scales the job's time limit
+with it, the policies predict with it, the simulator runs jobs by it and the synthetic
+application follows it in real time: one arithmetic for all of them.
 
 Work is measured in seconds on one node: a job with work W on n nodes runs W / S(n).
 """
@@ -7,6 +9,7 @@ Work is measured in seconds on one node: a job with work W on n nodes runs W / S
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,11 @@ class Amdahl:
     def speedup(self, n: int) -> float:
         f = self.serial_fraction
         return 1.0 / (f + (1.0 - f) / n)
+
+    @property
+    def text(self) -> str:
+        """As a job file writes it (parse_speedup gives back this very model)."""
+        return "linear" if self.serial_fraction == 0 else f"amdahl:{self.serial_fraction!r}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,10 @@ class Rho:
 
     def speedup(self, n: int) -> float:
         return float(n) ** (1.0 - self.rho)
+
+    @property
+    def text(self) -> str:
+        return f"rho:{self.rho!r}"
 
 
 SpeedupModel = Amdahl | Rho
@@ -60,12 +72,13 @@ class ReconfigCost:
         return self.alpha * dn + self.beta / (n_old + n_new) + self.b * dn
 
 
+@lru_cache(maxsize=4096)
 def parse_speedup(text: str) -> SpeedupModel:
-    """`amdahl:0.05`, `rho:0.1` or `linear`."""
-    kind, _, value = text.partition(":")
+    """`amdahl:0.05`, `rho:0.1` or `linear` (cached: specs are parsed per pass)."""
+    kind, sep, value = text.partition(":")
     kind = kind.strip().lower()
     try:
-        if kind == "linear":
+        if kind == "linear" and not sep:
             return Amdahl(0.0)
         if kind == "amdahl":
             return Amdahl(float(value))

@@ -1,0 +1,110 @@
+"""One job model in both clocks: time limits end jobs in the simulator as in the daemon, a
+converted trace job's limit covers its run at every size it can be given, and the policies
+that predict see each job's own model."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import start_daemon, stop_daemon, write_job
+
+from elasticd.jobfile import load_job_file
+from elasticd.policies import make_policy
+from elasticd.policies.base import Decision, Snapshot
+from elasticd.sim.simulator import _spec, simulate
+from elasticd.sim.swf import read_swf
+from elasticd.sim.workload import MalleabilityRule, build_workload, from_specs
+
+pytestmark = pytest.mark.timeout(120)
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
+
+JOB = '''
+name = "{name}"
+command = ["{python}", "-m", "elastic_apps.synthetic", "--work", "{work}", "--speedup", "linear"]
+nodes = 1
+time_limit = "{limit}"
+working_dir = "."
+output = "{name}-%j.out"
+model = {{ speedup = "linear", work = {work} }}
+'''
+
+
+def test_a_job_that_overruns_its_limit_ends_timeout_at_the_limit_in_the_simulator_as_in_the_daemon(
+        tmp_path: Path) -> None:
+    over = write_job(tmp_path, "over", JOB.format(name="over", python=sys.executable, work=30, limit="0:03"))
+    fits = write_job(tmp_path, "fits", JOB.format(name="fits", python=sys.executable, work=1, limit="0:05"))
+    specs = [load_job_file(over), load_job_file(fits)]
+    sim = {o.job_id: o for o in simulate(from_specs(specs), 2, make_policy("easy"))}
+    assert sim[1].state == "TIMEOUT" and sim[1].end - sim[1].start == 3.0
+    assert sim[2].state == "COMPLETED" and sim[2].end - sim[2].start == pytest.approx(1.0)
+    d = start_daemon(tmp_path / "state", nodes=2, kill_wait=1.0)
+    try:
+        a, b = d.submit(over), d.submit(fits)
+        d.wait([a, b], timeout=30)
+        real_a, real_b = d.job(a), d.job(b)
+    finally:
+        stop_daemon(d.record)
+    assert real_a["state"] == "TIMEOUT" and 3.0 <= real_a["time_used"] <= 3.0 + 1.0 + 1.0
+    assert real_b["state"] == "COMPLETED"
+
+
+@pytest.mark.parametrize("rule", [MalleabilityRule("efficiency"), MalleabilityRule("mebf"),
+                                  MalleabilityRule("efficiency", model="rho")], ids=["efficiency", "mebf", "rho"])
+@pytest.mark.parametrize("trace_name", ["hpc2n-2002-subset", "theta-2023", "sdsc-sp2-1998"])
+def test_every_converted_jobs_limit_covers_its_run_at_every_size_it_can_be_given(
+        trace_name: str, rule: MalleabilityRule) -> None:
+    trace = read_swf(TRACES / f"{trace_name}.swf.gz")
+    trace.jobs = trace.jobs[:800]
+    for j in build_workload(trace, 1.0, 3, rule):
+        spec = _spec(j)
+        limit, (lo, hi, pref) = spec.limit_seconds, spec.node_bounds
+        assert limit is not None and spec.model is not None and spec.model.work is None
+        s = spec.model.speedup_model
+        assert s.text == j.speedup.text
+        for n in sorted({lo, hi, pref, (lo + hi) // 2}):
+            limit_n = limit * s.speedup(pref) / s.speedup(n)  # the core's rule, elasticd.core.limits
+            assert limit_n >= j.work / s.speedup(n) * (1 - 1e-12), (j.job_id, n, limit_n, j.work / s.speedup(n))
+
+
+@pytest.mark.parametrize("policy", ["malleable", "avg", "sd", "mebf-basic-intensive"])
+def test_resizes_never_push_a_converted_job_past_its_limit(policy: str) -> None:
+    """The limit moves with the job's model and every resize's cost (the core's rule), and the
+    simulated job progresses by the same model: no malleable job times out because of how a
+    policy resized it."""
+    trace = read_swf(TRACES / "hpc2n-2002-subset.swf.gz")
+    trace.jobs = trace.jobs[:600]
+    outcomes = simulate(build_workload(trace, 1.0, 2), trace.nodes, make_policy(policy))
+    assert sum(o.shrinks + o.expands for o in outcomes) > 20
+    assert [o.job_id for o in outcomes if o.state == "TIMEOUT"] == []
+
+
+class Recording:
+    """A predicting policy, watched: which model each waiting job carried into a pass."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[attr-defined]
+        self.seen: dict[int, str | None] = {}
+
+    def decide(self, snap: Snapshot) -> list[Decision]:
+        for p in snap.pending:
+            self.seen[p.job_id] = None if p.model is None else p.model.speedup
+        return self.inner.decide(snap)  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.mark.parametrize("policy", ["sd", "mebf-basic-handoff"])
+def test_predicting_policies_see_each_jobs_own_model(policy: str) -> None:
+    trace = read_swf(TRACES / "theta-2023.swf.gz")
+    trace.jobs = trace.jobs[:300]
+    jobs = build_workload(trace, 1.0, 1)
+    watched = Recording(make_policy(policy))
+    simulate(jobs, trace.nodes, watched)  # type: ignore[arg-type]
+    by_core_id = {i + 1: j for i, j in enumerate(jobs)}
+    assert len(watched.seen) > 100
+    for jid, text in watched.seen.items():
+        assert text == by_core_id[jid].speedup.text
+    assert len({t for t in watched.seen.values()}) > 50  # each its own, not one default
+    assert not math.isnan(sum(by_core_id[j].work for j in watched.seen))
