@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from elasticd import __version__
-from elasticd.cli import experiment_cmd, replay_cmd, sim_cmd
+from elasticd.cli import evaluate_cmd, experiment_cmd, replay_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
 from elasticd.cli.daemonctl import cluster_for, start_detached, tuning_args
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim_cmd.add_parser(sub)
     replay_cmd.add_parser(sub)
+    evaluate_cmd.add_parser(sub)
     experiment_cmd.add_parsers(sub)
 
     r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")

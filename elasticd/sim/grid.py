@@ -41,9 +41,14 @@ class TraceSource:
     path: Path
     nodes: int | None = None
     cores_per_node: int | None = None
+    max_jobs: int | None = None  # only the first jobs (by submit time): a quicker, stated, subset
 
     def load(self) -> Trace:
-        return read_swf(self.path, self.nodes, self.cores_per_node)
+        trace = read_swf(self.path, self.nodes, self.cores_per_node)
+        if self.max_jobs is not None and len(trace.jobs) > self.max_jobs:
+            trace.jobs = trace.jobs[: self.max_jobs]
+            trace.name += f" (first {self.max_jobs} jobs)"
+        return trace
 
 
 @dataclass(frozen=True)

@@ -131,3 +131,31 @@ def plot_gantt(jobs: list, node_index: dict[str, int], t0: float, t1: float, pat
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def plot_curves(panels: dict[str, dict[str, list[tuple[float, float, float, float]]]], path: Path,
+                title: str) -> Path:
+    """One panel per metric: per policy, (x, mean, min, max) points as a line with its
+    min..max band; a colour and marker per policy, from a palette that does not repeat."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    markers = "os^vD<>pPX*h"
+    for ax, (label, series) in zip(axes[0], panels.items()):
+        for k, (name, pts) in enumerate(series.items()):
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            color = cmap(k % 20)
+            ax.plot(xs, [p[1] for p in pts], marker=markers[k % len(markers)], color=color, label=name)
+            ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.12)
+        ax.set_xlabel("malleable jobs (%)")
+        ax.set_ylabel(label)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -159,11 +159,13 @@ def from_specs(
     grow_latency: float = 0.0,
     grow_latency_per_node: float = 0.0,
 ) -> list[SimJob]:
-    """Job files (with a [model] section) as simulator jobs: a real batch, replayed.
+    """Job files as simulator jobs: a real batch, replayed.
 
     Rigid jobs run at their fixed size; moldable and malleable ones carry their range. The
-    work and speedup come from the model; a job without one runs its time limit at its
-    preferred size."""
+    speedup, reconfiguration cost and work come from the job's `model` (its work: `work`, else
+    its time limit at its preferred size). A job without a model is one nothing is known of
+    but its limit: it runs exactly its limit whatever its size (its limit does not scale
+    either, elasticd.core.limits), and completes at it."""
     from elastic_protocol.models import parse_speedup
     from elastic_protocol.jobspec import JobKind
 
@@ -172,7 +174,7 @@ def from_specs(
         lo, hi, pref = spec.node_bounds
         limit = float(spec.limit_seconds or 86400 * 365)
         model = spec.model
-        s = parse_speedup(model.speedup) if model else Amdahl(0.0)
+        s = parse_speedup(model.speedup) if model else Amdahl(1.0)  # no model: the same time on any size
         work = model.work if model and model.work else limit * s.speedup(pref)
         cost = ReconfigCost(model.alpha, model.beta, model.b) if model else ReconfigCost()
         kind = spec.resolved_kind
