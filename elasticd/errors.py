@@ -14,6 +14,9 @@ class JobRejected(ElasticError):
         super().__init__("; ".join(problems))
         self.problems = problems
 
+    def __reduce__(self) -> tuple[type, tuple[list[str]]]:  # whole across processes (sim workers)
+        return type(self), (self.problems,)
+
 
 class UnknownJob(ElasticError):
     code = "unknown_job"
@@ -55,6 +58,9 @@ class DaemonError(ElasticError):
         self.code = code
         self.details = details or []
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str]]]:
+        return type(self), (self.code, str(self), self.details)
+
 
 class LaunchError(ElasticError):
     """A job's processes could not be started; none of them is left running."""
@@ -72,6 +78,9 @@ class JobFileError(ElasticError):
         self.path = path
         self.problems = problems
 
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        return type(self), (self.path, self.problems)
+
 
 class OrderRejected(ElasticError):
     """An application's message that does not fit the job's order state; sent back to it
@@ -80,6 +89,9 @@ class OrderRejected(ElasticError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.code, str(self))
 
 
 class ResizeRejected(ElasticError):

@@ -136,7 +136,7 @@ def test_the_listing_has_one_line_per_policy_and_every_parameter_with_its_defaul
         for p in e.params:
             assert any(line.strip().startswith(p.describe()) for line in lines), p.name
     assert "theta=0.5" in text and "max_slowdown=10.0" in text and "expand_limit=1.0" in text
-    assert len(POLICIES) == 20
+    assert len(POLICIES) == 21
 
 
 def params_of(policy: object) -> dict[str, object]:

@@ -12,16 +12,23 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from elasticd.errors import ElasticError
+
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
-class PolicyParamError(ValueError):
+class PolicyParamError(ElasticError, ValueError):
     """Bad policy parameters; `problems` holds one line per problem, naming the parameter."""
+
+    code = "bad_policy_params"
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+
+    def __reduce__(self) -> tuple[type, tuple[list[str]]]:  # whole across processes (sim workers)
+        return type(self), (self.problems,)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from elasticd.policies.malleable import MalleableMinAgree
 from elasticd.policies.mebf import EXPANDS, VARIANTS, Mebf
 from elasticd.policies.min_avg_pref import PriorityMalleable
 from elasticd.policies.params import Param, PolicyParamError, normalise_key, resolve
+from elasticd.policies.payoff import Payoff
 from elasticd.policies.sd import SdPolicy
 
 
@@ -64,6 +65,16 @@ SD_PARAMS = (
           low=1, high=64),
     Param("max_job_test", int, 500, "queued jobs examined per pass, as Slurm's bf_max_job_test "
           "(SD-Policy is a sched/backfill plug-in)", low=1),
+    RESIZE_INTERVAL,
+)
+
+PAYOFF_PARAMS = (
+    Param("gain_factor", float, 1.0, "a resize is made only if the time it saves is more than this many "
+          "times what it costs (reconfiguration both ways, the order round trip)", low=0.0),
+    Param("order_latency", float, 0.0, "seconds an order's round trip costs (the daemon's measured one; 0 "
+          "in the simulator, whose application answers at once)", low=0.0),
+    Param("start", str, "preferred", "a malleable job starts on up to its preferred size, on its minimum, or "
+          "(adaptive) on its minimum while other jobs wait", choices=("preferred", "minimum", "adaptive")),
     RESIZE_INTERVAL,
 )
 
@@ -118,6 +129,9 @@ _ENTRIES: list[PolicyEntry] = [
     ],
     PolicyEntry("sd", "sd", "SD-Policy: shrink up to 2 running mates to start a malleable job "
                 "when its predicted end improves", lambda **kw: SdPolicy(**kw), SD_PARAMS, base="conservative"),
+    PolicyEntry("payoff", "payoff", "elastic's own: EASY starts up to the preferred size, loans of idle "
+                "nodes and shrinks for waiting jobs only when the time saved pays for the resize",
+                lambda **kw: Payoff(**kw), PAYOFF_PARAMS),
     PolicyEntry("fit", "fit", "evolving-profile list scheduling: declared evolutions fitted "
                 "around each other (noX/2X/infX)", lambda **kw: EvolvingFit(**kw), FIT_PARAMS, base="fit"),
 ]

@@ -1,0 +1,222 @@
+"""Payoff: malleable EASY that resizes a job only when the resize pays for itself.
+
+What each seed policy uses in part, together, and what none of them weighs: the cost of a
+resize.
+
+1. Starts are EASY's (the queue head's reservation is never delayed by a backfilled job; with
+   no malleable job the schedule is EASY's, job for job). A malleable job starts as soon as
+   its minimum fits, on up to its preferred size (the size its model says it uses well, as
+   Pref/KeepPref), never wider: idle nodes beyond it are better lent (3.) than given for good.
+2. Waiting jobs, in queue order, are made room for by taking nodes back from running
+   malleable jobs: first nodes lent beyond a job's preferred size (loans are reclaimed at
+   once, whatever the resize interval: nobody may wait for a loan), then, as minAgree does,
+   from the widest jobs down to their minimum — but only when the waiting job's wait saved
+   (until its EASY reservation) is more than what the shrink costs the jobs shrunk (their
+   predicted later end under their own model, reconfiguration included). SD-Policy's
+   slowdown-driven sharing, priced in seconds.
+3. Idle nodes no waiting job can use are lent to running malleable jobs, those furthest
+   below their preferred size first (Avg's balance, measured against the model's preferred
+   size), each loan only if the time it saves the job is more than it costs: the
+   reconfiguration to grow, the one to give the nodes back when they are reclaimed, and the
+   order round trip (`order_latency`, what the daemon measures; 0 in the simulator).
+
+Predictions use the job's own model (speedup, reconfiguration cost) and its limit as its
+work estimate (a scheduler knows limits, not run times), as MEBF and SD-Policy do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from elastic_protocol.jobspec import JobKind
+from elasticd.metrics import BSLD_TAU
+from elasticd.policies.base import (
+    Decision,
+    Grow,
+    PendingView,
+    RunningView,
+    Shrink,
+    Snapshot,
+    grant_requests,
+    limit_at,
+    start_nodes_of,
+    start_size,
+)
+from elasticd.policies.easy import easy_pass, shadow_time
+from elasticd.policies.predict import Predictions, RunningPrediction
+
+
+def start_up_to_preferred(job: PendingView, available: int) -> int | None:
+    """A malleable job starts as soon as its minimum fits, on up to its preferred size."""
+    if job.kind is JobKind.MALLEABLE:
+        return min(available, job.preferred) if available >= job.min_nodes else None
+    return start_size(job, available)
+
+
+def start_at_minimum(job: PendingView, available: int) -> int | None:
+    if job.kind is JobKind.MALLEABLE:
+        return job.min_nodes if available >= job.min_nodes else None
+    return start_size(job, available)
+
+
+class Payoff:
+    name = "payoff"
+
+    def __init__(self, min_resize_interval: float = 10.0, order_latency: float = 0.0,
+                 gain_factor: float = 1.0, start: str = "preferred") -> None:
+        self.start = start
+        self.min_resize_interval = min_resize_interval
+        self.order_latency = order_latency
+        self.gain_factor = gain_factor
+        self._pred = Predictions()
+
+    # ---- the pass ------------------------------------------------------------------------
+    def decide(self, snap: Snapshot) -> list[Decision]:
+        sizer = start_at_minimum if (self.start == "minimum" or (self.start == "adaptive" and len(snap.pending) > 1)) \
+            else start_up_to_preferred
+        res = easy_pass(snap, sizer, start_nodes_of)
+        decisions: list[Decision] = list(res.starts)
+        if not any(r.kind is JobKind.MALLEABLE for r in snap.running):
+            return decisions + grant_requests(snap, res.extra)
+        now = snap.now
+        self._pred.new_pass(snap.running)
+        ready = [r for r in snap.running if r.kind is JobKind.MALLEABLE and r.malleable_ready
+                 and not r.resizing and not r.ending]
+        size = {r.job_id: r.size for r in ready}
+        shrinks: dict[int, int] = {}
+        avail = res.free + snap.incoming_nodes
+        owed = False
+        for job in res.waiting:
+            need = start_nodes_of(job)
+            if need <= avail:
+                owed = True  # idle nodes, or nodes coming back, will start it
+                avail -= need
+                continue
+            took = self._make_room(snap, job, need - avail, ready, size, now)
+            if took is None:
+                if avail == 0 and not any(size[r.job_id] > r.min_nodes for r in ready):
+                    break  # nothing idle and nothing to take back: nobody else starts now
+                continue  # cannot be made to fit now (or not worth it); a later, smaller job might
+            for j, n in took.items():
+                shrinks[j] = shrinks.get(j, 0) + n
+                size[j] -= n
+            owed = True
+            avail = 0
+        decisions.extend(Shrink(j, n) for j, n in sorted(shrinks.items()))
+        free = res.free
+        if not owed and free > 0:
+            grants = grant_requests(snap, free)
+            decisions.extend(grants)
+            free -= sum(g.by for g in grants)  # type: ignore[union-attr]
+            decisions.extend(self._lend(snap, [r for r in ready if r.job_id not in shrinks], free, now))
+        return decisions
+
+    # ---- 2. room for a waiting job --------------------------------------------------------
+    def _make_room(self, snap: Snapshot, job: PendingView, lack: int, ready: list[RunningView],
+                   size: dict[int, int], now: float) -> dict[int, int] | None:
+        """Nodes to take back (job -> count) so that `lack` more are free, or None if that is
+        impossible or not worth it."""
+        take: dict[int, int] = {}
+        # Loans first, the largest first: reclaimed whatever the resize interval.
+        for r in sorted(ready, key=lambda r: (r.preferred - size[r.job_id], r.job_id)):
+            over = size[r.job_id] - max(r.preferred, r.min_nodes)
+            if over <= 0 or lack <= 0:
+                continue
+            n = min(over, lack)
+            take[r.job_id] = n
+            lack -= n
+        if lack <= 0:
+            return take
+        # Then below the preferred size, widest first, if the wait saved pays for it.
+        donors = list(ready)  # no waiting job waits for a resize interval to pass
+        donors.sort(key=lambda r: (-(size[r.job_id] - take.get(r.job_id, 0)), r.job_id))
+        extra: dict[int, int] = {}
+        for r in donors:
+            have = size[r.job_id] - take.get(r.job_id, 0)
+            room = have - r.min_nodes
+            if room <= 0:
+                continue
+            n = min(room, lack)
+            extra[r.job_id] = n
+            lack -= n
+            if lack == 0:
+                break
+        if lack > 0:
+            return None
+        # Priced in slowdown, the unit waiting is felt in: the waiting job's wait saved over
+        # its run against each donor's later end over its own run.
+        run = limit_at(job, start_nodes_of(job))
+        gain = self._wait_saved(snap, job, now) / max(run if run is not None else math.inf, BSLD_TAU)
+        cost = 0.0
+        for r in donors:
+            if r.job_id in extra:
+                delay = self._delay(r, size[r.job_id] - take.get(r.job_id, 0), extra[r.job_id], now)
+                cost += delay / max(self._runtime(r, now), BSLD_TAU)
+        if gain <= self.gain_factor * cost:
+            return None
+        for j, n in extra.items():
+            take[j] = take.get(j, 0) + n
+        return take
+
+    def _wait_saved(self, snap: Snapshot, job: PendingView, now: float) -> float:
+        """How much sooner the job starts if it starts now than at its EASY reservation."""
+        start, _ = shadow_time(now, snap.free_nodes + snap.incoming_nodes, start_nodes_of(job), snap.running)
+        return start - now if start != math.inf else 1e12
+
+    def _delay(self, r: RunningView, n: int, k: int, now: float) -> float:
+        """How much later job r ends if it goes from n to n - k nodes now (plus the order)."""
+        p = self._pred.get(r, now)
+        if not p.known or p.end is None:
+            return math.inf
+        return self._end_at(p, n - k) - self._end_at(p, n) + self.order_latency
+
+    def _runtime(self, r: RunningView, now: float) -> float:
+        p = self._pred.get(r, now)
+        return math.inf if p.end is None else p.end - r.start_time
+
+    @staticmethod
+    def _end_at(p: RunningPrediction, n: int) -> float:
+        if n == p.job.size:
+            assert p.end is not None
+            return p.end
+        return p.end_if_resized(n)
+
+    # ---- 3. lending idle nodes ------------------------------------------------------------
+    def _lend(self, snap: Snapshot, ready: list[RunningView], free: int, now: float) -> list[Decision]:
+        interval = self.min_resize_interval
+        takers = [r for r in ready if r.size < r.max_nodes
+                  and (r.last_resize is None or now - r.last_resize >= interval)]
+        if not takers or free <= 0:
+            return []
+        # Furthest below the preferred size first (size / preferred), then the narrowest.
+        takers.sort(key=lambda r: (r.size / max(1, r.preferred), r.size, r.job_id))
+        out: list[Decision] = []
+        for r in takers:
+            if free <= 0:
+                break
+            k = min(free, r.max_nodes - r.size)
+            k = self._worth(r, k, now)
+            if k > 0:
+                out.append(Grow(r.job_id, k))
+                free -= k
+        return out
+
+    def _worth(self, r: RunningView, k: int, now: float) -> int:
+        """The most nodes (<= k) whose loan saves the job more than it costs, or 0."""
+        p = self._pred.get(r, now)
+        if not p.known or p.end is None or p.progress is None:
+            return 0
+        base_end = p.end
+        cost = p.cost
+        while k > 0:
+            n = r.size + k
+            # Given back (reclaimed) later down to the preferred size: that reconfiguration too.
+            back = cost.seconds(n, r.preferred) if n > r.preferred else 0.0
+            saved = base_end - p.end_if_resized(n)
+            if saved > self.gain_factor * (back + self.order_latency) and saved > 0:
+                return k
+            k //= 2
+        return 0
+
+
+__all__ = ["Payoff", "start_up_to_preferred"]

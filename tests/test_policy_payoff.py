@@ -1,0 +1,72 @@
+"""Payoff's decisions on hand-built snapshots: loans come back whatever the resize interval,
+a resize is made only when what it saves is more than what it costs, and with no malleable
+job it is EASY (per job on every trace: tests/test_policy_baselines.py)."""
+
+from __future__ import annotations
+
+from elastic_protocol.jobspec import JobKind, PerfModel
+from elasticd.policies.base import Grow, PendingView, RunningView, Shrink, Snapshot, Start
+from elasticd.policies.easy import EasyBackfill
+from elasticd.policies.payoff import Payoff
+
+M, R = JobKind.MALLEABLE, JobKind.RIGID
+NOW = 1000.0
+AMDAHL = PerfModel(speedup="amdahl:0.05", alpha=1.0)
+
+
+def running(job_id: int, size: int, pref: int, lo: int = 1, hi: int = 16, limit: float = 3600.0,
+            last_resize: float | None = None, model: PerfModel | None = AMDAHL, start: float = NOW - 100) -> RunningView:
+    return RunningView(job_id=job_id, kind=M, size=size, min_nodes=lo, max_nodes=hi, preferred=pref,
+                       start_time=start, time_limit=limit, malleable_ready=True, last_resize=last_resize,
+                       ending=False, submit_time=start, model=model, history=((start, size),))
+
+
+def waiting(job_id: int, need: int, limit: float = 600.0, kind: JobKind = R) -> PendingView:
+    return PendingView(job_id, NOW - 10, kind, need, need, need, limit, None)
+
+
+def snap(free: int, pending: tuple[PendingView, ...], run: tuple[RunningView, ...], total: int = 16) -> Snapshot:
+    return Snapshot(NOW, total, free, pending, run)
+
+
+def test_a_loan_comes_back_at_once_for_a_waiting_job_whatever_the_resize_interval() -> None:
+    # Job 1 runs on 12 nodes, 4 above its preferred 8 (a loan), resized a second ago.
+    lent = running(1, 12, pref=8, last_resize=NOW - 1)
+    out = Payoff(min_resize_interval=60).decide(snap(4, (waiting(2, 8),), (lent,)))
+    assert out == [Shrink(1, 4)]
+
+
+def test_idle_nodes_are_lent_furthest_below_preferred_first_when_the_loan_saves_more_than_it_costs() -> None:
+    a = running(1, 2, pref=8)   # 1/4 of its preferred size
+    b = running(2, 6, pref=8)   # 3/4
+    out = Payoff().decide(snap(4, (), (a, b)))
+    assert out == [Grow(1, 4)]
+
+
+def test_no_loan_when_the_job_would_end_before_the_reconfiguration_pays_off() -> None:
+    # Almost done: about 3 s of work left on its 2 nodes; growing by 4 costs 4 s of no
+    # progress (alpha = 1 s per node), more than it could save.
+    s = AMDAHL.speedup_model
+    limit = (100 * s.speedup(2) + 3 * s.speedup(2)) / s.speedup(8)  # its limit is at its preferred 8
+    nearly = running(1, 2, pref=8, limit=limit, start=NOW - 100)
+    assert Payoff().decide(snap(4, (), (nearly,))) == []
+
+
+def test_a_shrink_below_preferred_is_made_only_when_the_wait_saved_outweighs_the_slowdown_it_causes() -> None:
+    # A short job (60 s) waits for the whole machine held by a long job until its limit: the
+    # long job is shrunk to its minimum and the short one starts.
+    long = running(1, 16, pref=16, lo=4, limit=36000.0)
+    short = waiting(2, 8, limit=60.0)
+    assert Payoff().decide(snap(0, (short,), (long,))) == [Shrink(1, 8)]
+    # A long job waiting behind a nearly finished one gains little: no shrink.
+    ending_soon = running(1, 16, pref=16, lo=4, limit=110.0)
+    patient = waiting(2, 8, limit=36000.0)
+    assert Payoff().decide(snap(0, (patient,), (ending_soon,))) == []
+
+
+def test_with_no_malleable_job_running_it_starts_what_easy_starts() -> None:
+    rigid = RunningView(job_id=9, kind=R, size=4, min_nodes=4, max_nodes=4, preferred=4, start_time=NOW - 50,
+                        time_limit=100.0, malleable_ready=False, last_resize=None, ending=False)
+    pending = (waiting(1, 8), waiting(2, 4, limit=30.0), waiting(3, 2, limit=20.0), waiting(4, 1, limit=900.0))
+    s = snap(10, pending, (rigid,), total=14)
+    assert Payoff().decide(s) == EasyBackfill().decide(s) == [Start(1, 8), Start(3, 2)]
