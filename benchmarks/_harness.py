@@ -26,7 +26,7 @@ import psutil
 from elastic_protocol.control import Queue, Stop, Submit
 from elastic_protocol.jobspec import JobSpec
 
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
 

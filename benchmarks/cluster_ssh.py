@@ -34,7 +34,7 @@ from elastic_protocol.jobspec import JobSpec
 
 from _harness import BenchDaemon, bench_daemon, events, gaps, stop_daemon, verdict, wait_event
 from _harness import synthetic_spec as synthetic
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
 

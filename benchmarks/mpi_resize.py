@@ -30,7 +30,7 @@ from _harness import bench_daemon, events, gaps, stop_daemon, submit, wait_event
 from elastic_protocol.control import Cancel, Resize, Wait
 from elastic_protocol.jobspec import JobSpec
 
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
 
 

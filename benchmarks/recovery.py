@@ -28,7 +28,7 @@ from elastic_protocol.control import Queue, Status
 from submit_throughput import TARGET as SUBMIT_TARGET
 from submit_throughput import bench_persistent
 
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
 
 TARGET_S = 5.0

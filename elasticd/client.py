@@ -12,7 +12,6 @@ from elastic_protocol.control import Hello, Response
 from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.version import MAX_REPLY_BYTES, PROTOCOL_VERSION
-
 from elasticd.errors import DaemonError, DaemonNotRunning
 from elasticd.statedir import DaemonRecord, default_state_dir, running_daemon
 

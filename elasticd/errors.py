@@ -104,3 +104,10 @@ class JournalError(ElasticError):
     """The journal in the state directory cannot be opened, read or written."""
 
     code = "journal"
+
+
+class StateWriteError(JournalError):
+    """The daemon could not save a change to its state directory (disk full, I/O error,
+    read-only, file too large): the change was not made, and the caller is told."""
+
+    code = "state_write_failed"

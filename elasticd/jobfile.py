@@ -9,7 +9,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from elastic_protocol.jobspec import JobSpec, format_validation_errors
-
 from elasticd.errors import JobFileError
 
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")

@@ -18,6 +18,7 @@ from typing import Any
 from elasticd.core.codec import CodecError, action_to_dict, event_from_dict
 from elasticd.core.engine import Core
 from elasticd.core.events import PassDue
+from elasticd.core.job import Job
 from elasticd.core.record import job_state, restore_job
 from elasticd.errors import ElasticError
 from elasticd.eventlog import LOG_FILE, Segment, read_log
@@ -32,7 +33,8 @@ class ReplayDiverged(ElasticError):
 
 @dataclass
 class ReplayResult:
-    core: Core
+    core: Core  # as the last daemon start left it
+    jobs: dict[int, Job]  # every job of every start (a clean stop's jobs are not carried over)
     segments: int
     events: int
     actions: int
@@ -56,18 +58,25 @@ def core_for(header: dict[str, Any], previous: Core | None) -> Core:
 
 def replay(path: Path, strict: bool = True) -> ReplayResult:
     """Feed every recorded event to a core; with `strict`, raise ReplayDiverged at the first
-    action list that differs from the recorded one."""
+    action list that differs from the recorded one (without: go on, skipping events the core
+    refuses — what salvaging a damaged state directory needs)."""
     if path.is_dir():
         path = path / LOG_FILE
     segments = read_log(path)
     if not segments:
         raise ReplayDiverged(f"{path}: the event log holds no daemon start")
     core: Core | None = None
+    jobs: dict[int, Job] = {}
     events = actions = passes = decisions = 0
     for seg in segments:
         core = core_for(seg.header, core)
         for rec in seg.records:
-            got = _feed(core, rec, path, seg)
+            try:
+                got = _feed(core, rec, path, seg)
+            except ReplayDiverged:
+                if strict:
+                    raise
+                continue
             events += 1
             actions += len(got)
             if rec["event"]["type"] == PassDue.__name__:
@@ -77,8 +86,9 @@ def replay(path: Path, strict: bool = True) -> ReplayResult:
                 raise ReplayDiverged(
                     f"{path}:{rec['line']}: event {rec['seq']} ({rec['event']['type']} at {rec['event']['time']}) "
                     f"gave {got}, the run recorded {rec['actions']}")
+        jobs.update(core.jobs)
     assert core is not None
-    return ReplayResult(core, len(segments), events, actions, passes, decisions)
+    return ReplayResult(core, jobs, len(segments), events, actions, passes, decisions)
 
 
 def _feed(core: Core, rec: dict[str, Any], path: Path, seg: Segment) -> list[dict[str, Any]]:

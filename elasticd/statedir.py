@@ -6,6 +6,7 @@ nobody else on a shared login node may read it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -37,6 +38,12 @@ def prepare(path: Path) -> Path:
     return path
 
 
+def state_tag(state_dir: Path) -> str:
+    """A short name for a state directory, the same across daemon restarts: what its jobs'
+    processes carry (ELASTIC_TAG) and its cgroups are named by."""
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+
+
 def new_secret() -> str:
     return secrets.token_hex(32)
 
@@ -51,6 +58,7 @@ class DaemonRecord:
     secret: str
     version: str
     started_at: float
+    kill_wait: float = 5.0  # what `elasticd stop` waits on: kill-wait + 5 s at most
 
     @property
     def control_address(self) -> str:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
 from elasticd.statedir import DaemonRecord
 
@@ -133,7 +133,9 @@ def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
 # ---- the core's invariants, after every event --------------------------------------------
 # Core tests drive the pure core by hand; each event they feed it is followed by the one
 # check of every invariant (tests/core_support.check_invariants), so no test can leave the
-# core inconsistent unnoticed, whatever it asserts itself.
+# core inconsistent unnoticed, whatever it asserts itself; in the test_core_* modules each
+# event is also applied once in a transaction and rolled back first, which must leave the
+# core exactly as it was.
 _CORE_TEST_MODULES = ("test_core_", "test_polic", "test_cluster_discovery")
 
 
@@ -142,12 +144,24 @@ def _core_invariants_after_every_event(request: pytest.FixtureRequest, monkeypat
     module = request.module.__name__.rsplit(".", 1)[-1]
     if not module.startswith(_CORE_TEST_MODULES) or module in ("test_policy_sd_lookahead", "test_policy_baselines"):
         return
-    from core_support import check_invariants
+    from core_support import check_invariants, fingerprint
     from elasticd.core.engine import Core
 
     handle = Core.handle
+    undo = module.startswith("test_core_")
 
     def checked(self: Core, event):  # type: ignore[no-untyped-def]
+        if undo and self._tx is None and getattr(self.policy, "replayable", True):
+            # Every event is first applied in a transaction and rolled back: the core must be
+            # exactly as it was (the daemon's rollback when a journal commit fails).
+            before = fingerprint(self)
+            self.begin()
+            try:
+                handle(self, event)
+            except Exception:
+                pass
+            self.rollback()
+            assert fingerprint(self) == before, f"rollback of {event!r} left the core changed"
         actions = handle(self, event)
         check_invariants(self, event.time)
         return actions

@@ -127,3 +127,15 @@ def promised_back(core: Core) -> int:
         if job.order is not None and job.order.kind is OrderKind.SHRINK and job.order.settled is None:
             total += job.order.count
     return total
+
+
+def fingerprint(core: Core) -> tuple[object, ...]:
+    """Everything a core holds, as plain data: two cores with the same fingerprint decide alike."""
+    import json
+
+    from elasticd.core.record import job_state
+
+    jobs = {jid: json.loads(json.dumps(job_state(j))) for jid, j in sorted(core.jobs.items())}
+    return (jobs, core.pending_ids, core.active_ids, core.next_job_id, core.next_order_id, core.nodes.members,
+            sorted(core.nodes.owner.items()), sorted(core.nodes.down), sorted(core.nodes.gone), core.nodes.free_count,
+            {jid: j.bounds for jid, j in core.jobs.items()})

@@ -28,7 +28,7 @@ import psutil
 import pytest
 from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
 
-from elasticd.cli.daemonctl import start_detached
+from elasticd.daemonctl import start_detached
 from elasticd.statedir import read_record
 
 ROOT = Path(__file__).resolve().parent.parent

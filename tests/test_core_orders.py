@@ -55,6 +55,7 @@ class Scripted:
     """A policy that decides exactly what the test queued for the next pass, nothing else."""
 
     name = "scripted"
+    replayable = False  # a pass consumes the script: conftest's rollback check does not run it twice
 
     def __init__(self) -> None:
         self.queued: list[Decision] = []

@@ -181,7 +181,8 @@ def naive_conservative(snap: Snapshot) -> dict[int, int]:
     started: dict[int, int] = {}
     for job in snap.pending:
         need = job.start_nodes
-        dur = math.inf if job.time_limit is None else float(job.time_limit)
+        limit = limit_at(job, need)  # on its fewest nodes, its limit scaled by its model
+        dur = math.inf if limit is None else float(limit)
         ts = first_fit(need, dur)
         if ts == now and free >= need:
             n = need
@@ -189,7 +190,8 @@ def naive_conservative(snap: Snapshot) -> dict[int, int]:
                 n = min(job.max_nodes, free, window_min(now, now + dur))
             started[job.job_id] = n
             free -= n
-            changes.append((now, now + dur, -n))
+            held = limit_at(job, n)  # wider, it ends sooner
+            changes.append((now, now + (math.inf if held is None else float(held)), -n))
         elif ts != math.inf:
             changes.append((ts, ts + dur, -need))
     return started
@@ -258,7 +260,8 @@ class PolicyMachine(RuleBasedStateMachine):
             )
             evolution = None
             if kind is JobKind.EVOLVING and declare:
-                evolution = [{"duration": f"0:{d * 6:02d}", "nodes": lo + n % (hi - lo + 1)} for d, n in steps]
+                evolution = [{"duration": f"{d * 6 // 60}:{d * 6 % 60:02d}", "nodes": lo + n % (hi - lo + 1)}
+                             for d, n in steps]
                 total_min = sum(d * 6 for d, _ in steps) / 60
                 if limit is not None and limit < total_min:
                     limit = math.ceil(total_min)

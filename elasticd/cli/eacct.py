@@ -20,11 +20,11 @@ from elastic_protocol.timefmt import format_duration
 from elasticd import __version__
 from elasticd.accounting import ACCOUNTING_VERSION, JobAccount, accounts
 from elasticd.cli.common import add_state_dir, run_tool
-from elasticd.cli.table import render_table
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 from elasticd.eventlog import LOG_FILE
 from elasticd.statedir import default_state_dir
+from elasticd.table import render_table
 
 
 def _when(t: float | None) -> str:
@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise ElasticError(f"{path}: no event log (a daemon writes one in its state directory unless --no-journal)")
     result = replay(path)
-    rows = accounts(list(result.core.jobs.values()), time.time())
+    rows = accounts(list(result.jobs.values()), time.time())
     if args.jobs is not None:
         rows = [a for a in rows if a.job_id in set(args.jobs)]
     if args.state is not None:

@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from elastic_protocol.control import Cancel
-
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
 

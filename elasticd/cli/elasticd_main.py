@@ -9,32 +9,72 @@ import sys
 import time
 from pathlib import Path
 
+from elastic_protocol.control import Resize, Status, StatusInfo, Stop
 from elasticd import __version__
 from elasticd.cli import evaluate_cmd, experiment_cmd, replay_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
-from elasticd.cli.daemonctl import cluster_for, start_detached, tuning_args
-from elasticd.cli.limits import add_limit_args, ensure_fd_room, limit_passthrough, limit_settings
 from elasticd.cli.common import add_policy_params, add_state_dir, fail, policy_settings, run_tool
+from elasticd.cli.limits import add_limit_args, ensure_fd_room, limit_passthrough, limit_settings
 from elasticd.client import ControlClient
-from elasticd.errors import DaemonNotRunning
+from elasticd.daemonctl import cluster_for, start_detached, tuning_args
+from elasticd.errors import DaemonNotRunning, ElasticError
 from elasticd.policies import POLICIES
-from elasticd.statedir import default_state_dir, pid_alive, prepare, running_daemon
+from elasticd.statedir import LOG_FILE, default_state_dir, pid_alive, prepare, running_daemon
 
-from elastic_protocol.control import Resize, Status, StatusInfo, Stop
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds, 0 or more")
+    return v
+
+
+_seconds.__name__ = "seconds"
+
+
+def _positive_seconds(text: str) -> float:
+    v = _seconds(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return v
+
+
+_positive_seconds.__name__ = "seconds"
+
+
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be 1 or more")
+    return v
+
+
+_count.__name__ = "count"
 
 
 def _common_start_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--local", type=int, metavar="N", help="manage N virtual nodes on this machine")
+    p.add_argument("--local", type=_count, metavar="N", help="manage N virtual nodes on this machine")
     p.add_argument("--policy", default="easy", choices=sorted(POLICIES), help="scheduling policy (default: easy)")
-    p.add_argument("--kill-wait", type=float, default=5.0, metavar="S",
+    p.add_argument("--kill-wait", type=_seconds, default=5.0, metavar="S",
                    help="seconds between SIGTERM and SIGKILL when a job is ended (default 5)")
-    p.add_argument("--order-deadline", type=float, default=30.0, metavar="S",
+    p.add_argument("--order-deadline", type=_positive_seconds, default=30.0, metavar="S",
                    help="seconds an application has to answer a shrink or grow order (default 30)")
-    p.add_argument("--min-resize-interval", type=float, default=10.0, metavar="S",
+    p.add_argument("--min-resize-interval", type=_seconds, default=10.0, metavar="S",
                    help="malleable policy: least seconds between two resizes of one job (default 10)")
-    p.add_argument("--schedule-interval", type=float, default=5.0, metavar="S",
+    p.add_argument("--schedule-interval", type=_positive_seconds, default=5.0, metavar="S",
                    help="also run the policy this often while jobs exist (default 5)")
+    p.add_argument("--min-free-space", type=_count, default=64, metavar="MIB",
+                   help="start no job while the state directory's file system has less free (default 64 MiB)")
+    p.add_argument("--output-cap", type=_count, default=1024, metavar="MIB",
+                   help="a job whose output files pass this size in all is ended, FAILED, with a reason naming "
+                   "the cap (default 1024 MiB; a job file's output_cap overrides it)")
     add_policy_params(p)
 
 
@@ -50,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     s.add_argument("--no-journal", action="store_true",
                    help="do not save jobs in the state directory (nothing survives a crash; for measurements)")
+    s.add_argument("--salvage", action="store_true",
+                   help="start on a state directory whose journal is missing, empty or damaged: recover every "
+                   "record that can be read (the damaged journal is kept beside) and report what was lost")
     add_cluster_args(s)
     add_limit_args(s)
     add_state_dir(s)
@@ -110,9 +153,14 @@ def cmd_start(args: argparse.Namespace) -> int:
     else:
         return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
                     "stop it with `elasticd stop` or use another --state-dir")
+    if not args.no_journal and not args.salvage:
+        from elasticd.daemon.statecheck import check
+
+        check(state_dir)  # refuse a state directory that held jobs but lost its journal
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
-    extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else [])
+    extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else []) + \
+        (["--salvage"] if args.salvage else [])
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
                          log_level=args.log_level, extra=extra + limit_passthrough(args),
                          timeout=20.0 + settings.connect_timeout)
@@ -150,7 +198,8 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        launcher=settings.launcher, launcher_options=settings.launcher_options(),
                        policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None,
-                       **limit_settings(args))
+                       min_free_space=args.min_free_space << 20, output_cap=args.output_cap << 20,
+                       salvage=args.salvage, **limit_settings(args))
 
     async def serve() -> None:
         await Daemon(cfg).serve()
@@ -163,13 +212,27 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
 def cmd_stop(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or default_state_dir()
     rec = running_daemon(state_dir)
-    with ControlClient(rec, "elasticd-stop") as c:
-        ended = c.request(Stop(), timeout=None)["ended_jobs"]
-    deadline = time.monotonic() + 15
+    # The daemon ends its jobs within kill-wait (+3 s for what does not answer) and exits;
+    # `stop` waits that long and 2 s more, never for ever.
+    deadline = time.monotonic() + rec.kill_wait + 5.0
+    ended: list[int] = []
+    try:
+        with ControlClient(rec, "elasticd-stop", timeout=5.0) as c:
+            ended = c.request(Stop(), timeout=max(1.0, deadline - time.monotonic()))["ended_jobs"]
+    except (ElasticError, OSError) as exc:
+        if not pid_alive(rec.pid):
+            print(f"elasticd stopped (pid {rec.pid})")
+            return 0
+        return fail("elasticd", f"the daemon (pid {rec.pid}) did not confirm the stop: {exc}; "
+                    f"see {state_dir / LOG_FILE}")
     while pid_alive(rec.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if ended:
         print(f"ended running job(s) {', '.join(map(str, ended))} (CANCELLED)")
+    if pid_alive(rec.pid):
+        return fail("elasticd", f"the daemon (pid {rec.pid}) has not exited {rec.kill_wait + 5:.0f} s after the "
+                    f"stop; see {state_dir / LOG_FILE} (`kill -9 {rec.pid}` ends it; its next start recovers "
+                    "or ends what it leaves)")
     print(f"elasticd stopped (pid {rec.pid})")
     return 0
 

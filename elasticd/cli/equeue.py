@@ -10,7 +10,6 @@ from ClusterShell.NodeSet import NodeSet
 
 from elastic_protocol.control import JobInfo, Queue, QueueDocument
 from elastic_protocol.timefmt import format_duration
-
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
 

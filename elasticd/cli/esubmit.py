@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from elastic_protocol.control import Submit
-
 from elasticd.cli.common import add_state_dir, fail, run_tool
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonError, JobFileError

@@ -24,9 +24,9 @@ def run_replay(args: argparse.Namespace) -> int:
     from elasticd.replay import replay
 
     result = replay(args.state_dir)
-    jobs = result.core.jobs.values()
+    jobs = result.jobs.values()
     finished = sum(1 for j in jobs if j.state.is_final)
     print(f"replayed {result.events} events from {result.segments} daemon start(s): "
           f"{result.actions} actions, {result.passes} policy passes with {result.decisions} decisions, "
-          f"all as recorded; {len(result.core.jobs)} jobs ({finished} finished)")
+          f"all as recorded; {len(result.jobs)} jobs ({finished} finished)")
     return 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from elasticd.cli.common import PolicyArgumentError, add_policy_params, policy_settings
 from elasticd.errors import ElasticError
 from elasticd.policies import POLICIES
+from elasticd.sim.grid import print_summary
 
 DEFAULT_FRACTIONS = "0,20,40,60,80,100"
 
@@ -75,7 +76,6 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.trace is None:
         raise ElasticError("give a trace (TRACE.swf) or --from-log STATE_DIR")
     from elastic_protocol.models import ReconfigCost
-
     from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress
     from elasticd.sim.workload import MalleabilityRule
 
@@ -126,28 +126,6 @@ def per_policy_params(policies: list[str], config: Path | None, assignments: lis
 
 def vars_for_json(args: argparse.Namespace) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
-
-
-def print_summary(summary: list[dict]) -> None:
-    base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
-    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "TIMEOUT%", "SHRINK/J", "EXPAND/J",
-            "vs EASY 0%: TAT / WAIT / UTIL")
-    rows = [head]
-    for r in summary:
-        rel = ""
-        if base is not None and r is not base:
-            def pct(m: str) -> str:
-                b = base[f"{m}_mean"]
-                return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"
-            rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
-        rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
-                     f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",
-                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{100 * r['timeouts_mean']:.2f}",
-                     f"{r['shrinks_per_job_mean']:.2f}",
-                     f"{r['expands_per_job_mean']:.2f}", rel))
-    widths = [max(len(x[i]) for x in rows) for i in range(len(head))]
-    for x in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip())
 
 
 def write_outputs(out: Path, trace, rows, summary: list[dict], params: dict) -> None:
@@ -213,8 +191,8 @@ def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies:
 
 def run_from_log(args: argparse.Namespace) -> int:
     """The recorded run, then the same jobs simulated under its own policy and each --policy."""
-    from elasticd.cli.table import render_table
     from elasticd.sim.fromlog import load, what_if
+    from elasticd.table import render_table
 
     run = load(args.from_log)
     print(f"{args.from_log}: {len(run.jobs)} jobs on {run.nodes} nodes, recorded under {run.policy}"

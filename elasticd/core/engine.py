@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -40,6 +41,7 @@ from elasticd.core.events import (
     OrderKind,
     OrderRefused,
     OrderUndeliverable,
+    OutputLimitReached,
     PassDue,
     Registered,
     ResizeRequested,
@@ -52,11 +54,11 @@ from elasticd.core.job import Job
 from elasticd.core.limits import resize_limit, start_limit
 from elasticd.core.nodes import NodeTable
 from elasticd.core.orders import Order, Settlement
+from elasticd.core.record import job_state, restore_job
 from elasticd.core.sizes import fit_bounds
 from elasticd.core.states import JobState
 from elasticd.errors import (
     InvalidTransition,
-    JobRejected,
     OrderRejected,
     PolicyError,
     ResizeRejected,
@@ -92,6 +94,22 @@ def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
     return job._history
 
 
+@dataclass
+class _Transaction:
+    """What `Core.rollback` restores: counters, the order of running jobs, node states, and
+    each job as it was before the transaction first changed it."""
+
+    next_id: int
+    next_order: int
+    active: list[int]
+    down: set[str]
+    gone: set[str]
+    names: list[str]
+    changed: set[int]
+    before: dict[int, Job] = field(default_factory=dict)
+    created: set[int] = field(default_factory=set)
+
+
 class Core:
     def __init__(
         self,
@@ -120,6 +138,7 @@ class Core:
         self._views: dict[int, tuple[RunningView, float]] = {}
         # Jobs changed since the driver last took them (take_changed): what a journal writes.
         self._changed: set[int] = set()
+        self._tx: _Transaction | None = None
         self._handlers: dict[type, Callable[[Any], list[Action]]] = {
             Submitted: self._submitted,
             CancelRequested: self._cancel,
@@ -132,6 +151,7 @@ class Core:
             HostsGone: self._hosts_gone,
             JobLost: self._lost,
             LimitReached: self._limit_reached,
+            OutputLimitReached: self._output_limit,
             Registered: self._registered,
             Unregistered: self._unregistered,
             ShrinkAnswered: self._shrink_answered,
@@ -170,18 +190,57 @@ class Core:
             raise UnknownJob(f"no job {job_id}") from None
 
     def _mut(self, job_id: int) -> Job:
-        """The job, about to be changed: its cached view is dropped and the journal told."""
+        """The job, about to be changed: its cached view is dropped, the journal told, and
+        inside a transaction its state before the change kept (for rollback)."""
         job = self.job(job_id)
         self._views.pop(job_id, None)
         self._changed.add(job_id)
+        tx = self._tx
+        if tx is not None and job_id not in tx.before and job_id not in tx.created:
+            tx.before[job_id] = restore_job(job_id, job.spec, job_state(job))
         return job
 
-    def _touch(self, job_id: int) -> Job | None:
-        self._views.pop(job_id, None)
-        if job_id not in self.jobs:
-            return None
-        self._changed.add(job_id)
-        return self.jobs[job_id]
+    # ---- transactions (the daemon's durability contract) -------------------------------------
+    def begin(self) -> None:
+        """Make what the next events change undoable: the daemon applies an event, commits it
+        to its journal and only then answers; if the commit fails, `rollback` leaves the core
+        exactly as it was, so nothing half-applied stays in memory."""
+        self._tx = _Transaction(self._next_id, self._next_order, list(self._active), set(self.nodes.down),
+                                set(self.nodes.gone), list(self.nodes.names), set(self._changed))
+
+    def commit(self) -> None:
+        self._tx = None
+
+    def rollback(self) -> None:
+        tx = self._tx
+        if tx is None:
+            return
+        self._tx = None
+        for jid in tx.created:
+            self.jobs.pop(jid, None)
+        for jid, before in tx.before.items():
+            # Into the same object: drivers hold references to their jobs.
+            job = self.jobs[jid]
+            bounds = job.bounds
+            vars(job).update(vars(before))
+            job.bounds = bounds
+        self._next_id, self._next_order = tx.next_id, tx.next_order
+        self._pending = {j.job_id: self._pending_view(j) for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
+                         if j.state is JobState.PENDING}
+        self._active = {jid: None for jid in tx.active if self.jobs[jid].state.holds_nodes}
+        nodes = NodeTable(tx.names)
+        nodes.remove(sorted(tx.gone, key=nodes.index.__getitem__))
+        for n in tx.down:
+            nodes.mark_down(n)
+        for jid in self._active:
+            nodes.claim(jid, self.jobs[jid].hosts)
+        self.nodes = nodes
+        self._views.clear()
+        self._changed = tx.changed
+
+    def requeue_changed(self, jobs: Iterable[Job]) -> None:
+        """Jobs taken with take_changed that the driver could not save: taken again next time."""
+        self._changed.update(j.job_id for j in jobs)
 
     def take_changed(self) -> list[Job]:
         """The jobs changed since the last call (in id order), for the driver to save."""
@@ -358,6 +417,8 @@ class Core:
         job.bounds = bounds
         self._next_id = ev.job_id + 1
         self.jobs[job.job_id] = job
+        if self._tx is not None:
+            self._tx.created.add(job.job_id)
         self._pending[job.job_id] = self._pending_view(job)
         self._changed.add(job.job_id)
         job.record(ev.time, K.SUBMITTED, ev.cause)
@@ -708,6 +769,12 @@ class Core:
         if not job.state.holds_nodes:
             return []
         return self._end(job, ev.time, JobState.TIMEOUT, "time limit reached", ev.cause)
+
+    def _output_limit(self, ev: OutputLimitReached) -> list[Action]:
+        job = self._mut(ev.job_id)
+        if not job.state.holds_nodes:
+            return []
+        return self._end(job, ev.time, JobState.FAILED, ev.why, ev.cause)
 
     def _end(self, job: Job, now: float, as_state: JobState, why: str, cause: Cause) -> list[Action]:
         if job.ending_as is not None:

@@ -163,6 +163,15 @@ class LimitReached(_Event):
     cause: ClassVar[Cause] = Cause.LIMIT
 
 
+@dataclass(frozen=True, slots=True)
+class OutputLimitReached(_Event):
+    """The job's output files passed their cap: it is ended, FAILED, with the reason."""
+
+    job_id: int
+    why: str
+    cause: ClassVar[Cause] = Cause.LIMIT
+
+
 # ---- the application channel ------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Registered(_Event):
@@ -276,7 +285,7 @@ class NodesRemoved(_Event):
 
 Event = (
     Submitted | CancelRequested | ResizeRequested | StopRequested | PassDue
-    | Launched | LaunchFailed | Exited | HostsGone | JobLost | LimitReached
+    | Launched | LaunchFailed | Exited | HostsGone | JobLost | LimitReached | OutputLimitReached
     | Registered | Unregistered | ShrinkAnswered | GrowAnswered | OrderRefused | OrderDeferred
     | OrderDeadline | OrderUndeliverable | NodesRequested | HostsReleased | NodeDown | NodeUp
     | NodesAdded | NodesRemoved
@@ -284,7 +293,7 @@ Event = (
 
 EVENT_TYPES: tuple[type[_Event], ...] = (
     Submitted, CancelRequested, ResizeRequested, StopRequested, PassDue,
-    Launched, LaunchFailed, Exited, HostsGone, JobLost, LimitReached,
+    Launched, LaunchFailed, Exited, HostsGone, JobLost, LimitReached, OutputLimitReached,
     Registered, Unregistered, ShrinkAnswered, GrowAnswered, OrderRefused, OrderDeferred,
     OrderDeadline, OrderUndeliverable, NodesRequested, HostsReleased, NodeDown, NodeUp,
     NodesAdded, NodesRemoved,

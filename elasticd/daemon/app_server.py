@@ -15,7 +15,6 @@ from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, p
 from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
-
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.service import Daemon
 from elasticd.errors import OrderRejected, UnknownJob

@@ -35,7 +35,6 @@ from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.jobspec import format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
-
 from elasticd import __version__
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.service import Daemon

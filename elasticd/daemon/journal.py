@@ -38,7 +38,7 @@ from typing import Any
 
 from elasticd.core.job import Job
 from elasticd.core.record import job_state
-from elasticd.errors import JournalError
+from elasticd.errors import JournalError, StateWriteError
 
 JOURNAL_FILE = "journal.db"
 SCHEMA_VERSION = "1"
@@ -86,6 +86,7 @@ class Journal:
         self._known: set[int] = set()  # job ids whose spec is stored
         self._meta: dict[str, str] = {}
         self._in_tx = False
+        self._saved: tuple[set[int], dict[str, str]] = (set(), {})
 
     def load(self) -> Saved:
         db = self._db
@@ -110,6 +111,7 @@ class Journal:
         if not self._in_tx:
             self._db.execute("BEGIN")
             self._in_tx = True
+            self._saved = (set(self._known), dict(self._meta))
         return self._db
 
     def save_jobs(self, jobs: Iterable[Job]) -> None:
@@ -150,16 +152,40 @@ class Journal:
                        (job_id, key, value))
 
     def commit(self) -> None:
-        if self._in_tx:
-            self._db.execute("COMMIT")
-            self._in_tx = False
-
-    def close(self, remove: bool = False) -> None:
-        """remove=True after a clean stop: every job was ended, nothing is left to recover."""
+        """Make the open transaction durable; StateWriteError (naming the state directory and
+        why: disk full, I/O error, read-only, file too large) when it cannot be."""
+        if not self._in_tx:
+            return
         try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.rollback()
+            raise StateWriteError(f"cannot save to {self.path.parent}: {exc}") from None
+        self._in_tx = False
+
+    def rollback(self) -> None:
+        """Drop what was written since the last commit (a commit that failed, or an event the
+        daemon could not save)."""
+        if not self._in_tx:
+            return
+        self._in_tx = False
+        self._known, self._meta = self._saved
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolls back on its own when a COMMIT fails with no space
+
+    def close(self, finished: bool = False) -> None:
+        """finished=True after a clean stop: every job was ended, so their rows go; the
+        daemon-wide values stay (the next job id above all: ids are never reused in a state
+        directory). A journal that cannot be written now is closed as it is."""
+        try:
+            if finished:
+                db = self._begin()
+                for table in ("jobs", "secrets", "job_values"):
+                    db.execute(f"DELETE FROM {table}")
             self.commit()
+        except (sqlite3.Error, StateWriteError):
+            self.rollback()
         finally:
             self._db.close()
-        if remove:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(self.path) + suffix).unlink(missing_ok=True)

@@ -36,14 +36,21 @@ from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.journal import Journal
-from elasticd.errors import LaunchError, OrderRejected, QueueFull
+from elasticd.daemon.statecheck import check as check_state_dir
+from elasticd.daemon.statecheck import salvage
+from elasticd.errors import LaunchError, OrderRejected, QueueFull, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
-from elasticd.launch.base import Launcher, LaunchRequest
+from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
-from elasticd.statedir import DaemonRecord, new_secret, remove_record, write_record
+from elasticd.statedir import DaemonRecord, new_secret, remove_record, state_tag, write_record
 
 log = logging.getLogger("elasticd")
+
+# Events that decide something (see Daemon._do): committed before they take effect.
+_DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.PassDue, ev.ShrinkAnswered,
+              ev.GrowAnswered, ev.OrderRefused, ev.OrderDeferred, ev.NodesRequested, ev.HostsReleased,
+              ev.NodesAdded, ev.NodesRemoved)
 
 
 @dataclass
@@ -76,6 +83,14 @@ class DaemonConfig:
     launcher_options: dict[str, Any] = field(default_factory=dict)
     # Save every state change in the state directory and recover from it at start.
     journal: bool = True
+    # No job is started while the state directory's file system has less free than this.
+    min_free_space: int = 64 << 20
+    # Start on a state directory whose journal is missing, empty or damaged, recovering every
+    # record that can be read (elasticd.daemon.statecheck).
+    salvage: bool = False
+    # Bytes a job's output files may hold in all (a job file's output_cap, in MiB, overrides).
+    output_cap: int = 1 << 30
+    output_check_interval: float = 0.5
 
 
 @dataclass
@@ -116,6 +131,7 @@ class Daemon:
             on_host_up=self.node_up,
             kill_wait=config.kill_wait,
             options=config.launcher_options,
+            tag=state_tag(config.state_dir),
         )
         self.app_links: dict[int, AppLink] = {}
         # Job-scoped rendezvous values (put/get on the application channel).
@@ -133,12 +149,24 @@ class Daemon:
         self._persist_pending = False
         self.control_address = ""
         self.app_address = ""
+        self.salvaged: str | None = None
+        if config.journal:
+            if config.salvage:
+                self.salvaged = salvage(config.state_dir).report()
+                log.warning("%s", self.salvaged)
+            else:
+                check_state_dir(config.state_dir)  # DamagedState: refuse rather than start afresh
         self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
         # The history (events.jsonl), kept where the journal is and written after its commits.
         self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
         self._restored_at = self.now()
         self.recovered_jobs = 0
+        # The last failed write to the state directory, until one succeeds (elasticd status).
+        self.write_error: str | None = None
+        self.space_warning: str | None = None
+        self._write_error_logged = 0.0
         self._restored_limits: list[Action] = []
+        self._outputs: dict[int, set[Path]] = {}  # each running job's output files
 
     def now(self) -> float:
         return self.clock.now()
@@ -180,17 +208,21 @@ class Daemon:
                 secret=self.secret,
                 version=__version__,
                 started_at=self.started_at,
+                kill_wait=cfg.kill_wait,
             ),
         )
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: self._spawn(self.stop()))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, lambda: self._spawn(self.stop(), "stop-on-signal"))
+        # A full disk under RLIMIT_FSIZE must fail a write (EFBIG), not kill the daemon.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         log.info(
             "elasticd %s listening: control %s, applications %s; %d nodes, policy %s",
             __version__, self.control_address, self.app_address,
             self.core.nodes.total, cfg.policy,
         )
         self._tick_handle = self.clock.call_at(self.now() + cfg.schedule_interval, self._tick)
+        self._spawn(self._watch_outputs(), "output-cap")
         if ready is not None:
             ready.set_result(None)
         try:
@@ -200,13 +232,17 @@ class Daemon:
                 self._tick_handle.cancel()
             csrv.close()
             asrv.close()
-            await app.close_all()
-            await control.close_all()
-            await self.launcher.close()
+            for what, closing in (("applications", app.close_all()), ("control", control.close_all()),
+                                  ("launcher", self.launcher.close())):
+                try:
+                    await asyncio.wait_for(closing, 2.0)
+                except TimeoutError:
+                    log.error("stopping: closing the %s took more than 2 s; going on", what)
+            await self._cancel_tasks(2.0)
             if self.journal is not None:
                 self.persist()  # the last events, and their history
                 # A stop ends every job: nothing is left for a later daemon to recover.
-                self.journal.close(remove=self.stopping)
+                self.journal.close(finished=self.stopping and not self.core.active_ids)
                 self.journal = None
             remove_record(cfg.state_dir, os.getpid())
             log.info("elasticd stopped")
@@ -221,46 +257,91 @@ class Daemon:
         running = self.core.active_ids
         log.info("stopping: ending %d running job(s) %s", len(running), running)
         self._do(ev.StopRequested(now))
-        async with self._changed:
-            await asyncio.wait_for(
-                self._changed.wait_for(lambda: not self.core.active_ids),
-                timeout=self.config.kill_wait + 30,
-            )
+        # Each job gets SIGTERM, then SIGKILL kill_wait later; past that (a process stuck in
+        # the kernel, a launcher that does not answer) the daemon stops anyway, says which
+        # jobs it could not see end, and leaves them to the next start's recovery.
+        if not await self._wait_for(lambda: not self.core.active_ids, self.config.kill_wait + 3.0):
+            left = self.core.active_ids
+            log.error("stopping: job(s) %s not seen ending within kill-wait + 3 s; stopping anyway (the next "
+                      "start ends what is left of them)", left)
         self._stopped.set()
         return running
+
+    async def _wait_for(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `done()` holds after a change, at most `timeout` seconds."""
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(done), timeout)
+        except TimeoutError:
+            return done()
+        return True
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Any, name: str | None = None) -> None:
+        """Every task the daemon starts is named, kept, and cancelled and awaited at stop."""
+        task = asyncio.get_running_loop().create_task(coro, name=name or getattr(coro, "__qualname__", None))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("internal task failed", exc_info=task.exception())
+            log.error("internal task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def _cancel_tasks(self, timeout: float) -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current and not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending:
+                log.error("tasks still running at stop: %s", ", ".join(t.get_name() for t in pending))
 
     # ---- the journal -----------------------------------------------------------------
     def persist(self) -> None:
-        """Save what changed; called before any reply is written or any action carried out."""
+        """Save what changed (facts the daemon learned: exits, hosts gone, ...); called before
+        any reply is written or any action carried out. A failed save is logged and retried
+        at the next one: the facts stay in memory, the journal is behind until it heals."""
         self._persist_pending = False
-        changed = self.core.take_changed()
+        try:
+            self._commit()
+        except StateWriteError as exc:
+            self._write_failed(exc)
+
+    def _commit(self) -> None:
+        """Save what changed, or raise StateWriteError with nothing saved."""
         j = self.journal
         if j is None:
+            self.core.take_changed()
             return
+        changed = self.core.take_changed()
         try:
             if changed:
                 j.save_jobs(changed)
-            j.save_meta({"next_order": str(self.core.next_order_id)})
+            j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
             j.commit()
-        except sqlite3.Error:
-            # A full disk must not take the jobs down; the journal is behind until it heals.
-            log.exception("journal: could not save %d job(s)", len(changed))
-            return
+        except (sqlite3.Error, StateWriteError) as exc:
+            j.rollback()
+            self.core.requeue_changed(changed)
+            if isinstance(exc, StateWriteError):
+                raise
+            raise StateWriteError(f"cannot save to {self.config.state_dir}: {exc}") from None
+        if self.write_error is not None:
+            log.warning("state directory writable again; %s", "journal up to date")
+            self.write_error = None
         self._flush_event_log()
+
+    def _write_failed(self, exc: StateWriteError) -> None:
+        """Remember (for `elasticd status`) and log, once per distinct error and minute."""
+        now = self.now()
+        if self.write_error != str(exc) or now - self._write_error_logged > 60:
+            log.error("%s; the change stays in memory and is saved again at the next write", exc)
+            self._write_error_logged = now
+        self.write_error = str(exc)
 
     def _flush_event_log(self) -> None:
         """The history of what was just committed; late (kept and retried), never ahead."""
@@ -282,14 +363,16 @@ class Daemon:
         if self.journal is None:
             return {}
         saved = self.journal.load()
-        if saved.empty:
-            return {}
         from elastic_protocol.jobspec import JobSpec
 
         now = self._restored_at = self.now()
         t0 = time.perf_counter()
         jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
-        self._restored_limits = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now)
+        # Ids go on from the highest ever given here, whatever rows are left.
+        self._restored_limits = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now,
+                                                  next_job_id=int(saved.meta.get("next_job_id", "1")))
+        if saved.empty:
+            return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
         active = set(self.core.active_ids)
         self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
         self.job_values = {j: v for j, v in saved.values.items() if j in active}
@@ -461,16 +544,68 @@ class Daemon:
         self._schedule_pending = False
         if self.stopping:
             return
+        if self._short_of_space():
+            return
         try:
             self._do(ev.PassDue(self.now()))
+        except StateWriteError as exc:
+            self._write_failed(exc)  # nothing was started: the pass is made again at the next event
         except Exception:
-            # A policy bug must not take the daemon and its jobs down with it.
-            log.exception("scheduling failed; the queue is kept and retried at the next event")
+            # A policy bug must not take the daemon and its jobs down with it; a pass is a
+            # transaction, so nothing of it was applied, and the next event asks again.
+            log.exception("scheduling failed; the queue is kept and asked again at the next event")
+
+    def _short_of_space(self) -> bool:
+        """No job starts while the state directory's file system is nearly full: its journal,
+        event log and the jobs' own output would be the next to fail."""
+        try:
+            st = os.statvfs(self.config.state_dir)
+        except OSError:
+            return False
+        free = st.f_bavail * st.f_frsize
+        if free >= self.config.min_free_space:
+            if self.space_warning is not None:
+                log.warning("state directory has room again (%d MiB free); starting jobs", free >> 20)
+                self.space_warning = None
+            return False
+        msg = (f"not starting jobs: the file system of {self.config.state_dir} has {free >> 20} MiB free, "
+               f"less than --min-free-space ({self.config.min_free_space >> 20} MiB)")
+        if self.space_warning != msg:
+            log.error(msg)
+        self.space_warning = msg
+        return True
 
     def _do(self, event: Event) -> None:
         """Hand one event to the core and carry out what it asks (raises, with nothing
-        changed, when the core refuses the event). Every accepted event goes to the log."""
-        actions = self.core.handle(event)
+        changed, when the core refuses the event). Every accepted event goes to the log.
+
+        A decision (a submission, a cancel, a resize, an application's answer, a policy pass)
+        is a transaction: committed to the journal before anything is carried out or
+        acknowledged, or, when the commit fails, undone in the core and raised
+        (StateWriteError) to whoever asked: nothing half-applied stays in memory and no job
+        is launched that the journal does not hold. A fact the daemon learned (an exit,
+        hosts gone, a node down) is applied whatever the disk does and saved when it can."""
+        tx = self.journal is not None and isinstance(event, _DECISIONS)
+        if tx:
+            self.core.begin()
+        new_secrets: list[int] = []
+        try:
+            actions = self.core.handle(event)
+            for a in actions:
+                if isinstance(a, Launch):
+                    # Made (and saved) before the processes exist: they reconnect with it later.
+                    self._set_secret(a.job_id, secrets.token_hex(16))
+                    new_secrets.append(a.job_id)
+            if tx:
+                self._commit()
+        except BaseException:
+            if tx:
+                self.core.rollback()
+                for jid in new_secrets:
+                    self.job_secrets.pop(jid, None)
+            raise
+        if tx:
+            self.core.commit()
         if self.event_log is not None:
             self.event_log.add(event, actions)
         self._execute(actions)
@@ -491,24 +626,20 @@ class Daemon:
     def _execute(self, actions: list[Action]) -> None:
         if not actions:
             return
-        for a in actions:
-            if isinstance(a, Launch):
-                # Made (and saved) before the processes exist: they reconnect with it later.
-                self._set_secret(a.job_id, secrets.token_hex(16))
         self.persist()
         for a in actions:
             if isinstance(a, Launch):
-                self._spawn(self._launch(a))
+                self._spawn(self._launch(a), f"launch-{a.job_id}")
             elif isinstance(a, Terminate):
                 log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
-                self._spawn(self.launcher.terminate(a.job_id, a.hosts))
+                self._spawn(self.launcher.terminate(a.job_id, a.hosts), f"terminate-{a.job_id}")
             elif isinstance(a, LaunchJoining):
-                self._spawn(self._launch_joining(a))
+                self._spawn(self._launch_joining(a), f"join-{a.job_id}")
             elif isinstance(a, SendOrder):
                 self._send_order(a)
             elif isinstance(a, Reclaim):
                 log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
-                self._spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace))
+                self._spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
             elif isinstance(a, ArmLimit):
                 self._arm_limit(a)
 
@@ -554,6 +685,7 @@ class Daemon:
             job_dir=self._job_dir(a.job_id),
             joining=True,
         )
+        self._note_outputs(req)
         try:
             await self.launcher.launch(req)
         except LaunchError as exc:
@@ -598,6 +730,7 @@ class Daemon:
             job_secret=self.job_secrets.get(a.job_id, ""),
             job_dir=self._job_dir(a.job_id),
         )
+        self._note_outputs(req)
         try:
             await self.launcher.launch(req)
         except LaunchError as exc:
@@ -628,7 +761,35 @@ class Daemon:
         log.info("job %d ended: %s %s", job_id, job.state.value, job.exit_text)
         self._job_ended(job_id)
 
+    def _note_outputs(self, req: LaunchRequest) -> None:
+        """The files the job's processes on these hosts write (what the output cap counts)."""
+        workdir = Path(req.spec.working_dir or Path.home())
+        files = self._outputs.setdefault(req.job_id, set())
+        for host in req.hosts:
+            files.update(output_paths(req.spec, req.job_id, host, req.all_hosts.index(host), workdir))
+
+    async def _watch_outputs(self) -> None:
+        """End a job whose output passes its cap before it fills the file system (checked every
+        output_check_interval seconds: it may write that long past the cap)."""
+        while not self.stopping:
+            await asyncio.sleep(self.config.output_check_interval)
+            for jid, files in list(self._outputs.items()):
+                job = self.core.jobs.get(jid)
+                if job is None or not job.state.holds_nodes or job.ending_as is not None:
+                    continue
+                cap = job.spec.output_cap << 20 if job.spec.output_cap is not None else self.config.output_cap
+                sizes = {f: _size(f) for f in files}
+                total = sum(sizes.values())
+                if total > cap:
+                    worst = max(sizes, key=sizes.__getitem__)
+                    why = (f"output cap of {cap >> 20} MiB reached: {total >> 20} MiB written "
+                           f"({worst} {sizes[worst] >> 20} MiB)")
+                    log.warning("job %d: %s; ending it", jid, why)
+                    self._do(ev.OutputLimitReached(self.now(), jid, why))
+                    self._notify()
+
     def _job_ended(self, job_id: int) -> None:
+        self._outputs.pop(job_id, None)
         handle = self._timers.limits.pop(job_id, None)
         if handle is not None:
             handle.cancel()
@@ -646,7 +807,7 @@ class Daemon:
             async with self._changed:
                 self._changed.notify_all()
 
-        self._spawn(notify())
+        self._spawn(notify(), "notify")
 
     async def wait_jobs(self, job_ids: list[int] | None, timeout: float | None) -> bool:
         """True once every given job (all jobs when None) has ended; False on timeout."""
@@ -673,3 +834,10 @@ async def _listen(server: Any, host: str, port: int, what: str) -> asyncio.Serve
         log.warning("%s channel: port %d is taken (%s); listening on another one: applications "
                     "of recovered jobs cannot reconnect", what, port, exc.strerror)
         return await server.start(host, 0)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from elastic_protocol.control import JobEventInfo, JobInfo, NodeInfo
-
 from elasticd.core.job import Job
 from elasticd.core.nodes import NodeTable
 from elasticd.launch.base import expand_pattern

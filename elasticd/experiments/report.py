@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elastic_protocol.control import QueueDocument
-
 from elasticd.errors import ElasticError
 
 
@@ -44,7 +43,7 @@ def report(target: Path) -> list[Path]:
 
 
 def report_run(path: Path, doc: dict) -> list[Path]:
-    from elasticd.cli.batch import print_report
+    from elasticd.experiments.batchrun import print_report
     from elasticd.sim.plots import plot_gantt, plot_utilization
 
     queue = QueueDocument.model_validate(doc["queue"])
@@ -149,7 +148,7 @@ def print_experiment(rows: list[dict]) -> None:
 
 
 def report_simulation(folder: Path, doc: dict) -> list[Path]:
-    from elasticd.cli.sim_cmd import print_summary
+    from elasticd.sim.grid import print_summary
     from elasticd.sim.plots import plot_grid
 
     print_summary(doc["summary"])

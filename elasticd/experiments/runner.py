@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from elastic_protocol.control import QueueDocument
-
-from elasticd.cli.batch import execute_batch, load_batch, records, report_json
 from elasticd.experiments.batches import generate_batch, malleable_set, write_batch
+from elasticd.experiments.batchrun import execute_batch, load_batch, records, report_json
 from elasticd.metrics import JobRecord, summarize
 from elasticd.policies import make_policy
 from elasticd.sim.simulator import simulate

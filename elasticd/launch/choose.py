@@ -24,7 +24,9 @@ def make_launcher(
     on_host_up: Callable[[str], None],
     kill_wait: float,
     options: dict[str, Any] | None = None,
+    tag: str = "",
 ) -> Launcher:
+    """`tag`: what this daemon's job processes carry to be found again (elasticd.launch.contain)."""
     options = options or {}
     if kind not in LAUNCHERS:
         raise ElasticError(f"unknown launcher {kind!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -32,7 +34,7 @@ def make_launcher(
 
     # MPI jobs run one mpirun each, started through the host launcher; the rest pass through.
     def make_base(base_exit: ExitCallback, base_gone: HostsGoneCallback) -> Launcher:
-        return _host_launcher(kind, base_exit, base_gone, on_host_down, on_host_up, kill_wait, options)
+        return _host_launcher(kind, base_exit, base_gone, on_host_down, on_host_up, kill_wait, options, tag)
 
     return MpiLauncher(make_base, on_exit, on_hosts_gone, kill_wait, cluster=kind != "local",
                        ssh_config=options.get("ssh_config"),
@@ -47,11 +49,12 @@ def _host_launcher(
     on_host_up: Callable[[str], None],
     kill_wait: float,
     options: dict[str, Any],
+    tag: str,
 ) -> Launcher:
     if kind == "local":
         from elasticd.launch.local import LocalLauncher
 
-        return LocalLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait)
+        return LocalLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, tag=tag)
     if kind == "ssh":
         from elasticd.launch.ssh import SSHLauncher, SSHOptions
 

@@ -1,8 +1,10 @@
-"""Local mode: each virtual host's process runs on this machine in its own process group.
+"""Local mode: each virtual host's process runs on this machine in its own process group,
+inside its own cgroup where the machine allows one (elasticd.launch.contain).
 
-The process group is what lets a cancel or a shrink end exactly one job's processes on
-exactly the hosts concerned; hosts (and the job) are reported gone only once no member of
-the groups concerned is left.
+The process group and the cgroup are what let a cancel or a shrink end exactly one job's
+processes on exactly the hosts concerned, including the ones that detached (setsid,
+double fork); hosts (and the job) are reported gone only once none of them is left. Ending
+is SIGTERM once, `kill_wait` seconds, then SIGKILL.
 
 Each command runs under a small `sh` wrapper (the group leader) that writes its pid to
 `proc-HOST.pid` in the job's directory when it starts and the command's exit status to
@@ -19,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,16 +36,17 @@ from elasticd.launch.base import (
     output_paths,
     write_hostfile,
 )
+from elasticd.launch.contain import Containment
 
 log = logging.getLogger("elasticd.launch.local")
 
 
 # $0 names the job and host (what `adopt` checks, so a reused pid is not taken for the job's);
-# $1 the pid file, $2 the status file, the rest the command. A command killed by a signal
-# is reported as that signal again: the wrapper re-raises it on itself (not the stop
-# signals, 147-150, which would only suspend it).
+# $1 the cgroup to join first ('' for none), $2 the pid file, $3 the status file, the rest the
+# command. A command killed by a signal is reported as that signal again: the wrapper
+# re-raises it on itself (not the stop signals, 147-150, which would only suspend it).
 _WRAPPER = (
-    'echo $$ > "$1"; s=$2; shift 2; "$@"; c=$?; echo $c > "$s"; '
+    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; shift 3; "$@"; c=$?; echo $c > "$s"; '
     'if [ $c -gt 128 ] && [ $c -lt 160 ] && { [ $c -lt 147 ] || [ $c -gt 150 ]; }; then kill -$((c - 128)) $$; fi; '
     'exit $c'
 )
@@ -115,6 +119,9 @@ class _LocalJob:
     procs: dict[str, _HostProc] = field(default_factory=dict)
     starting: int = 0  # launches in progress (a grow): the job is not over meanwhile
     done: bool = False
+    # When SIGTERM was sent to each host's processes (loop time): once per host, and
+    # SIGKILL follows kill_wait after it.
+    term_sent: dict[str, float] = field(default_factory=dict)
 
 
 def group_members(pgids: set[int]) -> list[psutil.Process]:
@@ -140,16 +147,12 @@ def signal_groups(pgids: set[int], sig: int) -> None:
 
 
 async def end_groups(pgids: set[int], grace: float) -> None:
-    """SIGTERM, wait up to `grace`, SIGKILL whatever is left, and return once none is."""
+    """SIGTERM, wait up to `grace`, SIGKILL whatever is left, and return once none is (for
+    process groups the daemon knows only by number: MPI ranks, leftovers of lost jobs)."""
     if not group_members(pgids):
         return
     signal_groups(pgids, signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace
-    delay = 0.005
-    while group_members(pgids) and loop.time() < deadline:
-        await asyncio.sleep(delay)
-        delay = min(0.05, delay * 2)
+    await _until(lambda: not group_members(pgids), grace)
     for _ in range(100):
         if not group_members(pgids):
             return
@@ -158,32 +161,42 @@ async def end_groups(pgids: set[int], grace: float) -> None:
     log.error("process groups %s still have members after SIGKILL", sorted(pgids))
 
 
-async def wait_groups_gone(pgids: set[int], timeout: float) -> bool:
+async def _until(done: Callable[[], bool], timeout: float) -> bool:
+    """Poll `done` (quickly at first) until it holds or `timeout` seconds passed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = 0.005
-    while group_members(pgids):
+    while not done():
         if loop.time() >= deadline:
             return False
-        await asyncio.sleep(delay)
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(0.05, delay * 2)
     return True
 
 
+async def wait_groups_gone(pgids: set[int], timeout: float) -> bool:
+    return await _until(lambda: not group_members(pgids), timeout)
+
+
 class LocalLauncher:
-    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0) -> None:
+    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0,
+                 tag: str = "") -> None:
         self.on_exit = on_exit
         self.on_hosts_gone = on_hosts_gone
         self.kill_wait = kill_wait
         self._jobs: dict[int, _LocalJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.contain = Containment(tag or f"pid{os.getpid()}")
 
     async def launch(self, req: LaunchRequest) -> None:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
         workdir = Path(req.spec.working_dir or Path.home())
         if not workdir.is_dir():
             raise LaunchError(f"working_dir {workdir} is not a directory")
-        hostfile = write_hostfile(req)
+        try:
+            hostfile = write_hostfile(req)
+        except OSError as exc:
+            raise LaunchError(f"cannot write the job's hostfile in {req.job_dir}: {exc.strerror}") from None
         job = self._jobs.get(req.job_id)
         if job is None:
             if req.joining:
@@ -197,7 +210,7 @@ class LocalLauncher:
                 index = req.all_hosts.index(host)
                 started.append(await self._start_one(req, host, index, hostfile, workdir))
         except (LaunchError, OSError) as exc:
-            await end_groups({hp.pgid for hp in started}, 0.5)
+            await self._end(job, started)
             if not job.procs:
                 self._jobs.pop(req.job_id, None)
             if isinstance(exc, LaunchError):
@@ -216,15 +229,18 @@ class LocalLauncher:
         pid_file, status_file = proc_files(req.job_dir, host)
         for stale in (pid_file, status_file):  # a host the job had before (shrunk, grown back)
             stale.unlink(missing_ok=True)
+        env = job_environment(req, host, index, hostfile)
+        env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)
+        cgroup = self.contain.prepare(req.job_id, host)
         out_fd = _open_output(out_path)
         try:
             err_fd = out_fd if err_path == out_path else _open_output(err_path)
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), str(pid_file), str(status_file),
+                    "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), cgroup, str(pid_file), str(status_file),
                     *req.spec.command,
                     cwd=workdir,
-                    env=job_environment(req, host, index, hostfile),
+                    env=env,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=out_fd,
                     stderr=err_fd,
@@ -268,17 +284,71 @@ class LocalLauncher:
                 self._spawn(self._watch(job, hp))
         return list(job.procs)
 
+    async def end_leftovers(self, job_id: int, hosts: list[str]) -> int:
+        """Processes of a job this daemon has no record of (a lost or salvaged job): end them
+        on these hosts; how many there were."""
+        job = _LocalJob(job_id)
+        procs = [_HostProc(h, None, -1, Path("/nonexistent")) for h in hosts]
+        pids = {p for h in hosts for p in self.contain.members(job_id, h)}
+        if pids:
+            await self._end(job, procs)
+        return len(pids)
+
     async def _watch(self, job: _LocalJob, hp: _HostProc) -> None:
         await hp.wait()
         if job.done or job.starting or any(p.returncode is None for p in job.procs.values()):
             return
         job.done = True
         procs = list(job.procs.values())
-        # A job's own background children must not outlive it on "freed" nodes.
-        await end_groups({p.pgid for p in procs}, min(self.kill_wait, 2.0))
+        # A job's own background children, detached or not, must not outlive it on "freed" nodes.
+        await self._end(job, procs)
         self._jobs.pop(job.job_id, None)
         code, sig = _job_exit([p for p in procs if not p.released])
         await _call(self.on_exit, job.job_id, code, sig)
+
+    def _pids(self, job: _LocalJob, procs: list[_HostProc]) -> set[int]:
+        """Live processes of the job on those hosts: their groups, and what containment finds."""
+        pids = {p.pid for p in group_members({hp.pgid for hp in procs if hp.pgid > 0})}
+        for hp in procs:
+            pids |= self.contain.members(job.job_id, hp.host)
+        return pids
+
+    async def _end(self, job: _LocalJob, procs: list[_HostProc]) -> None:
+        """End whatever the job still runs on these hosts: SIGTERM once (a host already sent
+        it is not sent it again), then SIGKILL `kill_wait` seconds after the first SIGTERM,
+        and return once nothing is left."""
+        if not self._pids(job, procs):
+            self._forget(job, procs)
+            return
+        loop = asyncio.get_running_loop()
+        for hp in procs:
+            if hp.host not in job.term_sent:
+                job.term_sent[hp.host] = loop.time()
+                if hp.pgid > 0:
+                    signal_groups({hp.pgid}, signal.SIGTERM)
+                self.contain.signal(job.job_id, hp.host, signal.SIGTERM)
+        first = min(job.term_sent[hp.host] for hp in procs)
+        await _until(lambda: not self._pids(job, procs), first + self.kill_wait - loop.time())
+        for _ in range(200):
+            pids = self._pids(job, procs)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for hp in procs:
+                self.contain.signal(job.job_id, hp.host, signal.SIGKILL)
+            await asyncio.sleep(0.02)
+        else:
+            log.error("job %d: processes %s still there after SIGKILL", job.job_id, sorted(self._pids(job, procs)))
+        _reap(self._pids(job, procs))
+        self._forget(job, procs)
+
+    def _forget(self, job: _LocalJob, procs: list[_HostProc]) -> None:
+        for hp in procs:
+            self.contain.forget(job.job_id, hp.host)
 
     async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
         """Give the processes on `hosts` `grace` seconds to exit, end the rest, report."""
@@ -287,9 +357,9 @@ class LocalLauncher:
             procs = [job.procs[h] for h in hosts if h in job.procs]
             for hp in procs:
                 hp.released = True
-            pgids = {hp.pgid for hp in procs}
-            if grace <= 0 or not await wait_groups_gone(pgids, grace):
-                await end_groups(pgids, self.kill_wait)
+            if grace > 0:
+                await _until(lambda: not self._pids(job, procs), grace)
+            await self._end(job, procs)
             for hp in procs:
                 # The watcher of a reclaimed process may still be about to run; the job is
                 # only over when the remaining hosts' processes end.
@@ -301,16 +371,28 @@ class LocalLauncher:
         job = self._jobs.get(job_id)
         if job is None:
             return
-        pgids = {job.procs[h].pgid for h in hosts if h in job.procs}
-        await end_groups(pgids, self.kill_wait)
+        await self._end(job, [job.procs[h] for h in hosts if h in job.procs])
 
     def pgids(self, job_id: int) -> dict[str, int]:
         job = self._jobs.get(job_id)
         return {} if job is None else {h: hp.pgid for h, hp in job.procs.items()}
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.contain.close()
+
+
+def _reap(pids: set[int]) -> None:
+    """Orphans the daemon inherited as subreaper and has ended: collect their exit status
+    (only those: the wrappers are waited for by the event loop)."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
 
 
 async def _call(cb, *args) -> None:

@@ -37,7 +37,6 @@ import math
 from collections.abc import Sequence
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies.base import (
     Decision,
     PendingView,

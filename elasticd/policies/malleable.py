@@ -14,7 +14,6 @@ lower job id. The skeleton, and how asynchronous resizes are accounted for, is i
 from __future__ import annotations
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies.base import (
     Decision,
     PendingView,

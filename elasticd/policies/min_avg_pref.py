@@ -40,7 +40,6 @@ Readings where the paper is silent, as an experienced reader would take them:
 from __future__ import annotations
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies.base import (
     Decision,
     PendingView,

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 from elastic_protocol.jobspec import PerfModel
-
+from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 from elasticd.policies.base import PendingView, RunningView
 
 

@@ -82,7 +82,6 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies.base import (
     Decision,
     Grow,

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies.base import (
     Decision,
     Grow,

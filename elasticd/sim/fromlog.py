@@ -40,7 +40,7 @@ class LoggedRun:
 def load(path: Path) -> LoggedRun:
     result = replay(path)
     core = result.core
-    ran = [j for j in sorted(core.jobs.values(), key=lambda j: j.job_id) if j.start_time is not None]
+    ran = [j for j in sorted(result.jobs.values(), key=lambda j: j.job_id) if j.start_time is not None]
     if not ran:
         raise ElasticError(f"{path}: no job of the recorded run ever started; nothing to compare")
     if any(not j.state.is_final for j in ran):
@@ -60,7 +60,7 @@ def load(path: Path) -> LoggedRun:
     segments_header = _first_header(path)
     return LoggedRun(core.nodes.total, str(segments_header["policy"]), dict(segments_header.get("params", {})),
                      jobs, windowed_summary([_record(j) for j in ran], core.nodes.total, 0.0),
-                     len(core.jobs) - len(ran))
+                     len(result.jobs) - len(ran))
 
 
 def _first_header(path: Path) -> dict[str, Any]:

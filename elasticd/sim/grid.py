@@ -20,6 +20,7 @@ from elasticd.policies import make_policy
 from elasticd.sim.simulator import simulate
 from elasticd.sim.swf import Trace, read_swf
 from elasticd.sim.workload import MalleabilityRule, build_workload
+from elasticd.table import render_table
 
 METRICS = (
     "makespan",
@@ -157,3 +158,23 @@ def row_dict(r: RunRow) -> dict:
     """One flat record per run, for CSV and JSON."""
     d = asdict(r)
     return {**{k: v for k, v in d.items() if k != "metrics"}, **d["metrics"]}
+
+
+def print_summary(summary: list[dict]) -> None:
+    base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
+    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "TIMEOUT%", "SHRINK/J", "EXPAND/J",
+            "vs EASY 0%: TAT / WAIT / UTIL")
+    rows = [head]
+    for r in summary:
+        rel = ""
+        if base is not None and r is not base:
+            def pct(m: str) -> str:
+                b = base[f"{m}_mean"]
+                return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"
+            rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
+        rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
+                     f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",
+                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{100 * r['timeouts_mean']:.2f}",
+                     f"{r['shrinks_per_job_mean']:.2f}",
+                     f"{r['expands_per_job_mean']:.2f}", rel))
+    print(render_table(rows[0], rows[1:]))

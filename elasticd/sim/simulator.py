@@ -22,8 +22,8 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from elastic_protocol.models import WorkProgress
 from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange, PerfModel
+from elastic_protocol.models import WorkProgress
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core

@@ -26,7 +26,6 @@ import random
 from dataclasses import dataclass
 
 from elastic_protocol.models import Amdahl, ReconfigCost, Rho, SpeedupModel
-
 from elasticd.sim.swf import Trace
 
 
@@ -166,8 +165,8 @@ def from_specs(
     its time limit at its preferred size). A job without a model is one nothing is known of
     but its limit: it runs exactly its limit whatever its size (its limit does not scale
     either, elasticd.core.limits), and completes at it."""
-    from elastic_protocol.models import parse_speedup
     from elastic_protocol.jobspec import JobKind
+    from elastic_protocol.models import parse_speedup
 
     out = []
     for i, spec in enumerate(specs):

@@ -36,6 +36,10 @@ def _no_nul(v: str) -> str:
 OsStr = Annotated[str, AfterValidator(_no_nul)]
 
 
+# The widest job a file may ask for: larger is a typo (no machine has more nodes).
+MAX_NODES = 1_000_000
+
+
 class JobKind(str, Enum):
     RIGID = "rigid"
     MOLDABLE = "moldable"
@@ -46,9 +50,9 @@ class JobKind(str, Enum):
 class NodeRange(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    min: Annotated[int, Field(ge=1)]
-    max: Annotated[int, Field(ge=1)]
-    preferred: Annotated[int, Field(ge=1)] | None = None
+    min: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    max: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    preferred: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> "NodeRange":
@@ -71,7 +75,7 @@ def _nodes_form(v: object) -> str | None:
 
 # Tagged so that an error names `nodes.min`, not every branch pydantic tried.
 NodesField = Annotated[
-    Annotated[Annotated[int, Field(ge=1)], Tag("count")] | Annotated[NodeRange, Tag("range")],
+    Annotated[Annotated[int, Field(ge=1, le=MAX_NODES)], Tag("count")] | Annotated[NodeRange, Tag("range")],
     Discriminator(
         _nodes_form,
         custom_error_type="nodes_form",
@@ -169,6 +173,9 @@ class JobSpec(BaseModel):
     output: Annotated[OsStr, Field(min_length=1)] = "elastic-%j.out"
     error: Annotated[OsStr, Field(min_length=1)] | None = None
     submit_offset: Annotated[float, Field(ge=0)] = 0.0
+    # MiB the job's output files may hold in all before it is ended (FAILED, the cap named);
+    # None: the daemon's --output-cap (1024 MiB unless the operator says otherwise).
+    output_cap: Annotated[int, Field(ge=1, le=1 << 30)] | None = None
     model: PerfModel | None = None
     # An evolving job's full evolution, declared up front, for the fit policy.
     evolution: Annotated[list[EvolutionStep], Field(min_length=1, max_length=MAX_EVOLUTION_STEPS)] | None = None

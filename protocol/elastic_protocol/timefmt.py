@@ -7,7 +7,10 @@ from functools import lru_cache
 
 _UNLIMITED = {"unlimited", "infinite"}
 
-# Slurm accepts: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+# Slurm accepts: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S. The leading field is unbounded (except
+# hours after days); the ones after it are clock fields (minutes and seconds < 60, hours
+# after days < 24).
+MAX_TIME_LIMIT = 365 * 86400  # a year: longer is a typo, and no allocation lasts that long
 _PLAIN = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
 _DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
 
@@ -24,6 +27,8 @@ def parse_time_limit(text: str | int) -> int | None:
     if isinstance(text, int):
         if text <= 0:
             raise ValueError("time limit must be positive")
+        if text * 60 > MAX_TIME_LIMIT:
+            raise ValueError(f"time limit {text} minutes is longer than the longest allowed, 365 days")
         return text * 60
     s = text.strip()
     if s.lower() in _UNLIMITED:
@@ -33,6 +38,7 @@ def parse_time_limit(text: str | int) -> int | None:
         d, h = int(m.group(1)), int(m.group(2))
         mi = int(m.group(3) or 0)
         se = int(m.group(4) or 0)
+        _clock(text, ("hours", h, 24), ("minutes", mi, 60), ("seconds", se, 60))
         total = ((d * 24 + h) * 60 + mi) * 60 + se
     else:
         m = _PLAIN.match(s)
@@ -45,12 +51,23 @@ def parse_time_limit(text: str | int) -> int | None:
         if len(parts) == 1:
             total = parts[0] * 60
         elif len(parts) == 2:
+            _clock(text, ("seconds", parts[1], 60))
             total = parts[0] * 60 + parts[1]
         else:
+            _clock(text, ("minutes", parts[1], 60), ("seconds", parts[2], 60))
             total = (parts[0] * 60 + parts[1]) * 60 + parts[2]
     if total <= 0:
         raise ValueError(f"time limit {text!r} is zero")
+    if total > MAX_TIME_LIMIT:
+        raise ValueError(f"time limit {text!r} is longer than the longest allowed, 365 days")
     return total
+
+
+def _clock(text: str, *fields: tuple[str, int, int]) -> None:
+    for name, value, bound in fields:
+        if value >= bound:
+            raise ValueError(f"time limit {text!r}: {value} {name} (must be below {bound}; "
+                             "formats MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)")
 
 
 def format_duration(seconds: float | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -32,12 +33,27 @@ def node_names_for(args: argparse.Namespace) -> list[str]:
 
 def tuning_args(args: argparse.Namespace) -> list[str]:
     out = ["--order-deadline", str(args.order_deadline), "--min-resize-interval", str(args.min_resize_interval),
-           "--schedule-interval", str(args.schedule_interval)]
+           "--schedule-interval", str(args.schedule_interval), "--min-free-space", str(args.min_free_space),
+           "--output-cap", str(args.output_cap)]
     for item in getattr(args, "policy_param", []) or []:
         out += ["--policy-param", item]
     if getattr(args, "policy_config", None):
         out += ["--policy-config", str(Path(args.policy_config).resolve())]
     return out
+
+
+LOGS_KEPT = 5
+
+
+def _rotate(log_path: Path) -> None:
+    """One log per daemon start: daemon.log is this one, daemon.log.1 the one before, ...
+    (the oldest beyond LOGS_KEPT go)."""
+    for i in range(LOGS_KEPT - 1, 0, -1):
+        older = log_path.with_name(f"{log_path.name}.{i}")
+        if older.exists():
+            older.replace(log_path.with_name(f"{log_path.name}.{i + 1}"))
+    if log_path.exists() and log_path.stat().st_size > 0:
+        log_path.replace(log_path.with_name(f"{log_path.name}.1"))
 
 
 def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: float, listen: str = "127.0.0.1",
@@ -50,7 +66,9 @@ def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: f
     cmd = [sys.executable, "-m", "elasticd.cli.elasticd_main", "start", "--foreground",
            *nodes, "--policy", policy, "--kill-wait", str(kill_wait),
            "--listen", listen, "--log-level", log_level, "--state-dir", str(state_dir), *(extra or [])]
-    with open(log_path, "ab") as logf:
+    _rotate(log_path)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it names jobs, hosts, clients
+    with os.fdopen(fd, "wb") as logf:
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                                  start_new_session=True, close_fds=True)
     deadline = time.monotonic() + timeout

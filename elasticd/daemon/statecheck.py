@@ -1,0 +1,216 @@
+"""A state directory is never started fresh by accident, and what a damaged one held is
+salvaged, not dropped.
+
+Why: a daemon that finds no journal starts with an empty queue and gives out job ids from 1
+again. If the directory once held jobs (its event log, its jobs/ folders say so), that is
+data loss — acknowledged jobs forgotten, the old jobs' processes running untracked, a new job
+overwriting an old one's output. So `elasticd start` refuses such a directory, says what is
+wrong, and `elasticd start --salvage` recovers every record that can still be read: rows of
+the damaged journal, else the jobs the event log rebuilds, and ids above everything ever
+given out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elasticd.core.record import job_state
+from elasticd.daemon.journal import JOURNAL_FILE
+from elasticd.errors import JournalError
+from elasticd.eventlog import LOG_FILE
+
+
+class DamagedState(JournalError):
+    """A state directory that held jobs but whose journal is missing, empty or unreadable."""
+
+    code = "damaged_state"
+
+
+def _had_jobs(state_dir: Path) -> str | None:
+    """Evidence that jobs were here, in words, or None."""
+    log = state_dir / LOG_FILE
+    if log.exists() and log.stat().st_size > 0:
+        return f"its event log {log.name} records a run"
+    jobs = state_dir / "jobs"
+    if jobs.is_dir():
+        ids = [p.name for p in jobs.iterdir() if p.name.isdigit()]
+        if ids:
+            return f"jobs/ holds the folders of {len(ids)} job(s)"
+    return None
+
+
+def check(state_dir: Path) -> None:
+    """Raise DamagedState when the journal cannot be trusted but jobs were here."""
+    journal = state_dir / JOURNAL_FILE
+    evidence = _had_jobs(state_dir)
+    if evidence is None:
+        return
+    how = " Start with `elasticd start --salvage` to recover every record that can be read (the damaged " \
+          "journal is kept beside as journal.db.damaged-TIME), or move the directory away to start afresh."
+    if not journal.exists():
+        raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} is missing.{how}")
+    if journal.stat().st_size == 0:
+        raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} is empty.{how}")
+    try:
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+        try:
+            ok = db.execute("PRAGMA quick_check").fetchone()
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            meta = dict(db.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} is unreadable ({exc}).{how}") from None
+    if ok is None or ok[0] != "ok":
+        raise DamagedState(f"{state_dir}: its journal {JOURNAL_FILE} is damaged ({ok[0] if ok else 'no answer'}).{how}")
+    if "jobs" not in tables or "next_job_id" not in meta and not _rows(journal):
+        raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} holds no job and no job "
+                           f"count (it was replaced or reset).{how}")
+
+
+def _rows(journal: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+        try:
+            return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+@dataclass
+class Salvage:
+    from_journal: list[int] = field(default_factory=list)
+    from_log: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # ids known to have existed, no record left
+    next_job_id: int = 1
+    kept_as: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        parts = [f"salvage: {len(self.from_journal)} job(s) from the journal's readable rows",
+                 f"{len(self.from_log)} rebuilt from the event log"]
+        if self.lost:
+            parts.append(f"{len(self.lost)} lost (no readable record): {', '.join(map(str, self.lost[:20]))}"
+                         + (" ..." if len(self.lost) > 20 else ""))
+        parts.append(f"new job ids start at {self.next_job_id}")
+        if self.kept_as:
+            parts.append("damaged files kept as " + ", ".join(self.kept_as))
+        return "; ".join(parts + self.notes)
+
+
+def salvage(state_dir: Path) -> Salvage:
+    """Rebuild journal.db from what can still be read, keeping the damaged files beside."""
+    out = Salvage()
+    journal = state_dir / JOURNAL_FILE
+    rows: dict[int, tuple[str, dict[str, Any]]] = {}
+    secrets: dict[int, str] = {}
+    values: list[tuple[int, str, str]] = []
+    meta: dict[str, str] = {}
+    if journal.exists() and journal.stat().st_size > 0:
+        rows, secrets, values, meta = _read_what_can_be_read(journal, out)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for suffix in ("", "-wal", "-shm"):
+        f = Path(str(journal) + suffix)
+        if f.exists():
+            dest = f.with_name(f"{f.name}.damaged-{stamp}")
+            f.rename(dest)
+            out.kept_as.append(dest.name)
+    out.from_journal = sorted(rows)
+    log_jobs, log_max = _from_log(state_dir, out)
+    for jid, (spec, data) in log_jobs.items():
+        if jid not in rows:
+            rows[jid] = (spec, data)
+            out.from_log.append(jid)
+    folders = {int(p.name) for p in (state_dir / "jobs").iterdir() if p.name.isdigit()} \
+        if (state_dir / "jobs").is_dir() else set()
+    known = set(rows) | folders | set(range(1, log_max + 1)) if log_max else set(rows) | folders
+    out.lost = sorted(known - set(rows))
+    out.next_job_id = max([int(meta.get("next_job_id", "1")), *(j + 1 for j in known), 1])
+    _write(journal, rows, {j: s for j, s in secrets.items() if j in rows},
+           [v for v in values if v[0] in rows], {**meta, "next_job_id": str(out.next_job_id)})
+    return out
+
+
+def _read_what_can_be_read(journal: Path, out: Salvage) -> tuple[
+        dict[int, tuple[str, dict[str, Any]]], dict[int, str], list[tuple[int, str, str]], dict[str, str]]:
+    rows: dict[int, tuple[str, dict[str, Any]]] = {}
+    secrets: dict[int, str] = {}
+    values: list[tuple[int, str, str]] = []
+    meta: dict[str, str] = {}
+    try:
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        out.notes.append(f"journal not readable at all ({exc})")
+        return rows, secrets, values, meta
+    try:
+        for query, keep in (
+            ("SELECT key, value FROM meta", lambda r: meta.__setitem__(r[0], r[1])),
+            ("SELECT job_id, secret FROM secrets", lambda r: secrets.__setitem__(r[0], r[1])),
+            ("SELECT job_id, key, value FROM job_values", lambda r: values.append((r[0], r[1], r[2]))),
+        ):
+            try:
+                for r in db.execute(query):
+                    keep(r)
+            except sqlite3.Error:
+                pass
+        try:
+            ids = [r[0] for r in db.execute("SELECT job_id FROM jobs")]
+        except sqlite3.Error:
+            ids = []
+        for jid in ids:  # one by one: a damaged page loses its rows, not the others
+            try:
+                r = db.execute("SELECT spec, data FROM jobs WHERE job_id = ?", (jid,)).fetchone()
+                rows[int(jid)] = (r[0], json.loads(r[1]))
+            except (sqlite3.Error, ValueError, TypeError):
+                continue
+    finally:
+        db.close()
+    return rows, secrets, values, meta
+
+
+def _from_log(state_dir: Path, out: Salvage) -> tuple[dict[int, tuple[str, dict[str, Any]]], int]:
+    """Jobs as the event log rebuilds them (its events through the core), and the highest
+    id it ever saw."""
+    from elasticd.replay import replay
+
+    log = state_dir / LOG_FILE
+    if not log.exists():
+        return {}, 0
+    try:
+        result = replay(log, strict=False)
+    except Exception as exc:  # a damaged log: salvage keeps what the journal gave
+        out.notes.append(f"event log not replayable ({exc})")
+        return {}, 0
+    jobs = {jid: (j.spec.model_dump_json(), json.loads(json.dumps(job_state(j)))) for jid, j in result.jobs.items()}
+    return jobs, max(result.jobs, default=0)
+
+
+def _write(journal: Path, rows: dict[int, tuple[str, dict[str, Any]]], secrets: dict[int, str],
+           values: list[tuple[int, str, str]], meta: dict[str, str]) -> None:
+    from elasticd.daemon.journal import _SCHEMA, SCHEMA_VERSION
+
+    fd = os.open(journal, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    db = sqlite3.connect(journal, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
+        db.execute("BEGIN")
+        for jid, (spec, data) in sorted(rows.items()):
+            db.execute("INSERT INTO jobs (job_id, spec, state, data) VALUES (?, ?, ?, ?)",
+                       (jid, spec, data["state"], json.dumps(data, separators=(",", ":"))))
+        db.executemany("INSERT INTO secrets (job_id, secret) VALUES (?, ?)", secrets.items())
+        db.executemany("INSERT INTO job_values (job_id, key, value) VALUES (?, ?, ?)", values)
+        db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       {**meta, "schema": meta.get("schema", SCHEMA_VERSION)}.items())
+        db.execute("COMMIT")
+    finally:
+        db.close()

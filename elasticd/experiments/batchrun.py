@@ -1,0 +1,186 @@
+"""Running a batch of job files on a private local daemon, and its metrics: what
+`elasticd run` and `elasticd experiment` are made of.
+
+The daemon gets its own temporary state directory, so a batch never touches (or is
+touched by) a daemon the user already runs; a batch that is stopped (Ctrl-C, SIGTERM from
+`timeout` or a batch system, SIGHUP from a closed terminal) stops its daemon, which ends
+its jobs, before it goes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+
+from elastic_protocol.control import Queue, QueueDocument, Stop, Submit, Wait
+from elastic_protocol.jobspec import JobSpec
+from elastic_protocol.timefmt import format_duration
+from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
+from elasticd.errors import ElasticError, JobFileError
+from elasticd.jobfile import job_files, load_job_file
+from elasticd.metrics import JobRecord, job_metrics, summarize
+from elasticd.statedir import DaemonRecord
+
+
+class BatchStopped(ElasticError):
+    """The batch was stopped by a signal; its daemon and jobs were ended."""
+
+    code = "stopped"
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}; the batch's daemon and its jobs were ended")
+        self.signum = signum
+
+    def __reduce__(self) -> tuple[type, tuple[int]]:
+        return type(self), (self.signum,)
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP as exceptions while the batch runs (SIGINT already is one)."""
+
+    def raise_it(signum: int, frame: FrameType | None) -> None:
+        raise BatchStopped(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # batches run in threads (`elasticd experiment`): their caller handles signals
+        return
+    old = {s: signal.signal(s, raise_it) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def load_batch(targets: list[Path], nodes: int) -> list[JobSpec]:
+    """Every job file of the targets, validated, or one JobFileError listing all problems."""
+    specs = []
+    problems: list[str] = []
+    for target in targets:
+        try:
+            files = job_files(target)
+        except JobFileError as exc:
+            problems.extend(f"{exc.path}: {p}" for p in exc.problems)
+            continue
+        for f in files:
+            try:
+                spec = load_job_file(f)
+            except JobFileError as exc:
+                problems.extend(f"{exc.path}: {p}" for p in exc.problems)
+                continue
+            if spec.node_bounds[0] > nodes:
+                problems.append(f"{f}: nodes: {spec.node_bounds[0]} nodes requested but --local gives {nodes}")
+            specs.append(spec)
+    if problems:
+        raise JobFileError("batch", problems)
+    if not specs:
+        raise ElasticError("no job files given")
+    return specs
+
+
+def execute_batch(
+    specs: list[JobSpec],
+    nodes: int,
+    policy: str,
+    kill_wait: float,
+    extra: list[str],
+    offsets: bool = True,
+    timeout: float | None = None,
+    announce: bool = True,
+) -> tuple[QueueDocument, bool]:
+    """Run the jobs on a private local daemon (at their submit offsets) until all end."""
+    specs = sorted(specs, key=lambda s: s.submit_offset if offsets else 0.0)
+    state_dir = Path(tempfile.mkdtemp(prefix="elastic-run-"))
+    rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
+    if announce:
+        print(f"elasticd run: {len(specs)} jobs on {nodes} local nodes, policy {policy} (daemon pid {rec.pid})")
+    try:
+        with _stopped_by_signals(), ControlClient(rec, "elasticd-run") as c:
+            t0 = time.monotonic()
+            ids = []
+            for spec in specs:
+                delay = (spec.submit_offset if offsets else 0.0) - (time.monotonic() - t0)
+                if delay > 0:
+                    time.sleep(delay)
+                ids.append(c.request(Submit(spec=spec))["job_id"])
+            done = c.request(Wait(job_ids=ids, timeout=timeout), timeout=None)["done"]
+            doc = QueueDocument.model_validate(c.request(Queue(job_ids=ids)))
+            c.request(Stop(), timeout=None)
+    except (KeyboardInterrupt, BatchStopped):
+        _stop_quietly(rec, kill_wait)
+        raise
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return doc, done
+
+
+def _stop_quietly(rec: DaemonRecord, kill_wait: float) -> None:
+    """Stop the batch's daemon (it ends the jobs) within kill-wait + 5 s, whatever signals
+    come meanwhile."""
+    with _stopped_by_signals():
+        try:
+            with ControlClient(rec, "elasticd-run", timeout=5.0) as c:
+                c.request(Stop(), timeout=kill_wait + 5.0)
+        except (ElasticError, OSError, BatchStopped):
+            pass
+
+
+def records(doc: QueueDocument) -> list[JobRecord]:
+    return [JobRecord(j.job_id, j.name, j.state, j.submit_time, j.start_time, j.end_time, j.node_seconds)
+            for j in doc.jobs]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def print_report(doc: QueueDocument, total_nodes: int) -> None:
+    recs = records(doc)
+    head = ("JOBID", "NAME", "STATE", "EXIT", "NODES", "WAIT(s)", "RUN(s)", "TURNAROUND(s)", "BSLD")
+    rows = [head]
+    for j, r in zip(doc.jobs, recs):
+        m = job_metrics(r)
+        sizes = sorted({e.nodes for e in j.events if e.event in ("started", "shrunk", "grown")})
+        rows.append((str(j.job_id), j.name[:24], j.state, j.exit or "", "/".join(map(str, sizes)) or "0",
+                     _fmt(m.wait), _fmt(m.run), _fmt(m.turnaround), _fmt(m.bounded_slowdown)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    print()
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    for j in doc.jobs:
+        if j.state != "COMPLETED":
+            print(f"job {j.job_id} ({j.name}) {j.state}: {j.reason or 'exit ' + (j.exit or '?')}"
+                  f"{'; output in ' + j.output_path if j.output_path else ''}")
+    s = summarize(recs, total_nodes)
+    print()
+    print(f"jobs                    {s.jobs} ({s.started} started)")
+    print(f"makespan                {s.makespan:.2f} s ({format_duration(s.makespan)})")
+    print(f"node utilization        {100 * s.utilization:.1f} %")
+    print(f"mean wait               {s.mean_wait:.2f} s")
+    print(f"mean turnaround         {s.mean_turnaround:.2f} s")
+    print(f"mean bounded slowdown   {s.mean_bounded_slowdown:.3f} (tau = 10 s)")
+
+
+def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None) -> dict:
+    """Metrics plus the whole queue document (events with hosts), so `elasticd report`
+    can draw the run later."""
+    recs = records(doc)
+    return {
+        "version": 1,
+        "kind": "run",
+        "nodes": total_nodes,
+        "policy": policy,
+        "jobs": [asdict(job_metrics(r)) for r in recs],
+        "summary": asdict(summarize(recs, total_nodes)),
+        "queue": doc.model_dump(),
+    }
