@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from elastic_protocol.control import Hello, Response
 from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import LineSocket
-from elastic_protocol.version import MAX_REPLY_BYTES, PROTOCOL_VERSION
+from elastic_protocol.version import MAX_JOB_FILE_BYTES, MAX_LINE_BYTES, MAX_REPLY_BYTES, PROTOCOL_VERSION
 from elasticd.errors import DaemonError, DaemonNotRunning
 from elasticd.statedir import DaemonRecord, default_state_dir, running_daemon
 
@@ -36,8 +36,13 @@ class ControlClient:
     def request(self, req: BaseModel, timeout: float | None = 30.0) -> dict[str, Any]:
         """Send one request; return its data or raise DaemonError with the daemon's words."""
         self._io.sock.settimeout(timeout)
+        data = req.model_dump_json(exclude_none=False).encode()
+        if len(data) > MAX_LINE_BYTES:
+            raise DaemonError("line_too_long", f"the request is {len(data)} bytes, more than the {MAX_LINE_BYTES} a "
+                              "daemon takes in one line (a job file must stay under "
+                              f"{MAX_JOB_FILE_BYTES // 1024} KiB); nothing was sent")
         try:
-            self._io.send_line(req.model_dump_json(exclude_none=False).encode())
+            self._io.send_line(data)
             line = self._io.read_line()
         except ProtocolError as exc:
             raise DaemonError(exc.code, f"unreadable reply from the daemon: {exc}") from None

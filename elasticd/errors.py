@@ -67,6 +67,16 @@ class LaunchError(ElasticError):
 
     code = "launch_failed"
 
+    @property
+    def exit_code(self) -> int:
+        """As a shell would report it (what the job's EXIT shows)."""
+        text = str(self)
+        if text.startswith("command not found"):
+            return 127
+        if text.startswith("permission denied"):
+            return 126
+        return 1
+
 
 class JobFileError(ElasticError):
     """A job file that cannot be read or validated; one entry per problem."""

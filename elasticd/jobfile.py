@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from elastic_protocol.jobspec import JobSpec, format_validation_errors
+from elastic_protocol.version import MAX_JOB_FILE_BYTES
 from elasticd.errors import JobFileError
 
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -21,6 +22,10 @@ def load_job_file(path: Path, submit_dir: Path | None = None) -> JobSpec:
     from anywhere); with no working_dir the job runs where it was submitted, as in Slurm.
     """
     try:
+        size = path.stat().st_size
+        if size > MAX_JOB_FILE_BYTES:
+            raise JobFileError(str(path), [f"{size} bytes, more than a job file may hold ({MAX_JOB_FILE_BYTES // 1024} "
+                                           "KiB): put data in files the job reads, not in the job file"])
         raw = path.read_bytes()
     except OSError as exc:
         raise JobFileError(str(path), [f"cannot read file: {exc.strerror}"]) from None

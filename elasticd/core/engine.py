@@ -791,7 +791,7 @@ class Core:
         if not job.state.holds_nodes:
             raise InvalidTransition(f"job {ev.job_id}: launch failure reported while {job.state.value}")
         state = job.ending_as or JobState.FAILED
-        self._finish(job, ev.time, state, None, None, f"launch failed: {ev.why}", ev.cause)
+        self._finish(job, ev.time, state, ev.exit_code, None, f"launch failed: {ev.why}", ev.cause)
         return []
 
     def _exited(self, ev: Exited) -> list[Action]:

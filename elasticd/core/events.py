@@ -122,10 +122,12 @@ class Launched(_Event):
 
 @dataclass(frozen=True, slots=True)
 class LaunchFailed(_Event):
-    """The job's processes could not be started; none of them is left."""
+    """The job's processes could not be started; none of them is left. `exit_code` as a
+    shell would give it: 127 command not found, 126 not executable, 1 anything else."""
 
     job_id: int
     why: str
+    exit_code: int = 1
     cause: ClassVar[Cause] = Cause.FAULT
 
 

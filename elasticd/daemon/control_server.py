@@ -88,6 +88,10 @@ class ControlServer(LineServer):
             try:
                 writer.write(_error(exc.code, str(exc)))
                 await asyncio.wait_for(writer.drain(), 1.0)
+                # Read what the client is still sending (a 10 MB line, say) before closing: a
+                # close with unread data resets the connection, and the client would see
+                # "connection reset" instead of this error.
+                await asyncio.wait_for(_discard_line(reader), 5.0)
             except (ConnectionError, TimeoutError):
                 pass
         except (ConnectionError, asyncio.CancelledError):
@@ -226,3 +230,12 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
     except (ConnectionError, OSError):
         pass
+
+
+async def _discard_line(reader: asyncio.StreamReader, most: int = 64 << 20) -> None:
+    """Read and drop input up to the end of the current line (or of the stream)."""
+    while most > 0:
+        chunk = await reader.read(65536)
+        if not chunk or b"\n" in chunk:
+            return
+        most -= len(chunk)

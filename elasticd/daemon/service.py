@@ -414,7 +414,18 @@ class Daemon:
                         now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
                 self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
+        await self._end_strays()
         self._schedule_soon()
+
+    async def _end_strays(self) -> None:
+        """Processes of jobs this daemon does not run (lost with a damaged journal, salvaged
+        as ended, or left by a crash before their end was recorded): found by their tag and
+        ended, and said so — never left running untracked."""
+        end = getattr(self.launcher, "end_strays", None)
+        if end is None:
+            return
+        for jid, n in (await end(set(self.core.active_ids))).items():
+            log.warning("job %d: ended %d process(es) left running with no running record of the job", jid, n)
 
     def _job_dir(self, job_id: int) -> Path:
         return self.config.state_dir / "jobs" / str(job_id)
@@ -733,9 +744,14 @@ class Daemon:
         self._note_outputs(req)
         try:
             await self.launcher.launch(req)
-        except LaunchError as exc:
-            log.warning("job %d: launch failed: %s", a.job_id, exc)
-            self._do(ev.LaunchFailed(self.now(), a.job_id, str(exc)))
+        except Exception as exc:  # whatever went wrong, the job must not stay RUNNING with nothing running
+            why = str(exc) if isinstance(exc, LaunchError) else f"internal error: {type(exc).__name__}: {exc}"
+            if not isinstance(exc, LaunchError):
+                log.exception("job %d: launch failed", a.job_id)
+            log.warning("job %d: launch failed: %s", a.job_id, why)
+            # Whatever the launcher may have started is ended before the job is called over.
+            await self.launcher.terminate(a.job_id, a.hosts)
+            self._do(ev.LaunchFailed(self.now(), a.job_id, why, exc.exit_code if isinstance(exc, LaunchError) else 1))
             self._job_ended(a.job_id)
             return
         log.info("job %d started on %s", a.job_id, ",".join(a.hosts))

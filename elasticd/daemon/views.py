@@ -7,6 +7,7 @@ from pathlib import Path
 from elastic_protocol.control import JobEventInfo, JobInfo, NodeInfo
 from elasticd.core.job import Job
 from elasticd.core.nodes import NodeTable
+from elasticd.core.states import JobState
 from elasticd.launch.base import expand_pattern
 
 
@@ -24,7 +25,9 @@ def job_info(job: Job, now: float) -> JobInfo:
         job_id=job.job_id,
         name=spec.name,
         kind=job.kind.value,
-        state=job.state.value,
+        # Started by the policy, processes not yet confirmed (Slurm's CONFIGURING): a job is
+        # shown RUNNING only once its launch is recorded and its processes exist.
+        state="CONFIGURING" if job.state is JobState.RUNNING and not job.launched else job.state.value,
         reason=job.reason,
         nodes=job.size,
         nodes_min=lo,

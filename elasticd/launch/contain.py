@@ -124,6 +124,19 @@ class Containment:
             except OSError:
                 pass  # still has members (then it is swept again later) or already gone
 
+    def live_jobs(self) -> dict[int, set[str]]:
+        """(job -> hosts) with live processes, by tag and by cgroup."""
+        out = tagged_jobs(self.tag)
+        if self.base is not None:
+            for cg in self.base.glob("job-*"):
+                job, _, host = cg.name[len("job-"):].partition("-")
+                try:
+                    if job.isdigit() and (cg / "cgroup.procs").read_text().split():
+                        out.setdefault(int(job), set()).add(host)
+                except OSError:
+                    continue
+        return out
+
     def close(self) -> None:
         if self.base is not None:
             for cg in self.base.glob("job-*"):
@@ -135,6 +148,29 @@ class Containment:
                 self.base.rmdir()
             except OSError:
                 pass
+
+
+def tagged_jobs(tag: str) -> dict[int, set[str]]:
+    """Every (job, host) of this daemon's tag that still has a live process: one scan of
+    /proc (and of the cgroups), for a start-up sweep over any number of old jobs."""
+    prefix = b"ELASTIC_TAG=" + tag.encode() + b"/"
+    out: dict[int, set[str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        i = env.find(prefix)
+        if i < 0 or not _alive(int(entry.name)):
+            continue
+        value = env[i + len(prefix): env.find(b"\0", i) if env.find(b"\0", i) >= 0 else None].decode(errors="replace")
+        job, _, host = value.partition("/")
+        if job.isdigit():
+            out.setdefault(int(job), set()).add(host)
+    return out
 
 
 def _become_subreaper() -> None:

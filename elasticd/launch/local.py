@@ -43,10 +43,15 @@ log = logging.getLogger("elasticd.launch.local")
 
 # $0 names the job and host (what `adopt` checks, so a reused pid is not taken for the job's);
 # $1 the cgroup to join first ('' for none), $2 the pid file, $3 the status file, the rest the
-# command. A command killed by a signal is reported as that signal again: the wrapper
-# re-raises it on itself (not the stop signals, 147-150, which would only suspend it).
+# command. The wrapper outlives a SIGTERM (it passes it on and waits), so the status it
+# records is the command's own: a command that ignores SIGTERM and is SIGKILLed after the
+# kill-wait ends 0:9, not 0:15. A command killed by a signal is reported as that signal
+# again: the wrapper re-raises it on itself (not the stop signals, 147-150, which would only
+# suspend it).
 _WRAPPER = (
-    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; shift 3; "$@"; c=$?; echo $c > "$s"; '
+    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; shift 3; '
+    'trap \'kill -TERM $p 2>/dev/null\' TERM HUP INT; "$@" & p=$!; wait $p; c=$?; '
+    'while kill -0 $p 2>/dev/null; do wait $p; c=$?; done; echo $c > "$s"; trap - TERM HUP INT; '
     'if [ $c -gt 128 ] && [ $c -lt 160 ] && { [ $c -lt 147 ] || [ $c -gt 150 ]; }; then kill -$((c - 128)) $$; fi; '
     'exit $c'
 )
@@ -284,15 +289,21 @@ class LocalLauncher:
                 self._spawn(self._watch(job, hp))
         return list(job.procs)
 
-    async def end_leftovers(self, job_id: int, hosts: list[str]) -> int:
-        """Processes of a job this daemon has no record of (a lost or salvaged job): end them
-        on these hosts; how many there were."""
-        job = _LocalJob(job_id)
-        procs = [_HostProc(h, None, -1, Path("/nonexistent")) for h in hosts]
-        pids = {p for h in hosts for p in self.contain.members(job_id, h)}
-        if pids:
-            await self._end(job, procs)
-        return len(pids)
+    async def end_strays(self, running: set[int]) -> dict[int, int]:
+        """Processes of jobs this daemon does not run (lost with a damaged journal, or left by
+        a crash before their end was recorded), found by their tag or cgroup: ended. How many
+        were ended, per job."""
+        ended: dict[int, int] = {}
+        for job_id, hosts in self.contain.live_jobs().items():
+            if job_id in running or job_id in self._jobs:
+                continue
+            job = _LocalJob(job_id)
+            procs = [_HostProc(h, None, -1, Path("/nonexistent")) for h in sorted(hosts)]
+            n = len(self._pids(job, procs))
+            if n:
+                await self._end(job, procs)
+                ended[job_id] = n
+        return ended
 
     async def _watch(self, job: _LocalJob, hp: _HostProc) -> None:
         await hp.wait()

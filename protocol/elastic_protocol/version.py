@@ -5,6 +5,8 @@ PROTOCOL_VERSION = 1
 # A line longer than this (excluding the newline) is refused with an error and the
 # connection closed: past it the framing cannot be trusted.
 MAX_LINE_BYTES = 64 * 1024
+# A job file is at most this long (what fits a submit line even with every character escaped).
+MAX_JOB_FILE_BYTES = 32 * 1024
 
 # Replies on the control channel carry whole queue documents: a client accepts lines up to
 # this size (requests stay under MAX_LINE_BYTES).
