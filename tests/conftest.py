@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from elastic_protocol.control import Queue, QueueDocument, Stop, Wait
-from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
 from elasticd.statedir import DaemonRecord
 
 BIN = Path(sys.executable).parent
@@ -167,3 +167,43 @@ def _core_invariants_after_every_event(request: pytest.FixtureRequest, monkeypat
         return actions
 
     monkeypatch.setattr(Core, "handle", checked)
+
+
+# ---- fault fixtures (tests/faults) --------------------------------------------------------
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs to put a state directory on (needs root: mount)."""
+    import contextlib
+    import shutil
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small file system (the RLIMIT_FSIZE tests cover the rest)")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mnt)], check=True, timeout=10)
+    try:
+        yield mnt
+    finally:
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if any(str(mnt) in (f.path or "") for f in p.open_files()):
+                    p.kill()
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=10)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[RunningDaemon]]:
+    """Daemons a test starts (append them): each stopped, or its pid ended, at the end, and
+    the processes of their jobs too."""
+    import contextlib
+    import signal
+
+    started: list[RunningDaemon] = []
+    yield started
+    for d in started:
+        if psutil.pid_exists(d.record.pid):
+            with contextlib.suppress(Exception):
+                stop_daemon(d.record)
+        for f in (d.state_dir / "jobs").glob("*/proc-*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                os.killpg(int(f.read_text()), signal.SIGKILL)

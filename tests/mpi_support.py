@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+
 from conftest import write_job
 
 

@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, wait_until, write_job
 from elastic_protocol.control import Cancel, Hello, Queue, Resize
 from elastic_protocol.framing import LineSocket

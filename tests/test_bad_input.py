@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import BIN, RunningDaemon, write_job
 from elastic_protocol.control import Hello, Queue
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.version import MAX_LINE_BYTES, PROTOCOL_VERSION
-
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonError
 from elasticd.statedir import DaemonRecord

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, wait_until, write_job
 from test_malleability import alive, resize
 

@@ -13,6 +13,7 @@ import socket
 import threading
 
 import pytest
+
 from elastic_apps.channel import JobChannel
 from elastic_apps.env import JobEnv
 

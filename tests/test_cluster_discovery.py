@@ -6,9 +6,9 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from core_support import submit
 from elastic_protocol.jobspec import JobSpec
-
 from elasticd.cluster import (
     default_app_host,
     discover,

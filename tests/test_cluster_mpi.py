@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conftest import stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture

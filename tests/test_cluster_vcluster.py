@@ -26,8 +26,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
 
+from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import read_record
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import (
     Action,
     Launch,

@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from daemon_support import inprocess_daemon, settle
-
 from elastic_protocol.jobspec import JobSpec
-
 from elasticd.core.events import PassDue
 from elasticd.eventlog import LOG_FILE, read_log
 from elasticd.replay import replay

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import psutil
+
 from conftest import RunningDaemon, wait_until, write_job
 
 

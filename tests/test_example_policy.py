@@ -8,12 +8,11 @@ import importlib.util
 import re
 from pathlib import Path
 
-from core_support import submit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import Launch, SendOrder
 from elasticd.core.engine import Core
 from elasticd.core.events import Exited, GrowAnswered, Launched, PassDue, Registered

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import BIN
 
+from conftest import BIN
 from elasticd.jobfile import job_files, load_job_file
 from elasticd.policies import POLICIES, make_policy
 from elasticd.sim.simulator import simulate

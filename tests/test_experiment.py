@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import BIN
 
+from conftest import BIN
 from elasticd.experiments.batches import (
     generate_batch,
     malleable_set,

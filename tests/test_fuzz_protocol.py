@@ -16,6 +16,10 @@ import string
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from elastic_protocol.appchannel import (
     APP_VERBS,
     DAEMON_VERBS,
@@ -29,10 +33,6 @@ from elastic_protocol.errors import MalformedMessage, ProtocolError
 from elastic_protocol.framing import LineSocket, read_line
 from elastic_protocol.jobspec import JobSpec, format_validation_errors
 from elastic_protocol.timefmt import parse_time_limit
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from pydantic import ValidationError
-
 from elasticd.errors import JobFileError
 from elasticd.jobfile import load_job_file
 

@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+
 from elastic_apps.glb import Problem, run_sequential
 from elastic_apps.glb.apps.bc import BCProblem, rmat_graph
 from elastic_apps.glb.apps.nqueens import KNOWN_SOLUTIONS, QueensProblem

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elastic_apps.glb import run_sequential
 from elastic_apps.glb.apps.bc import rmat_graph

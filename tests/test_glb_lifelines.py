@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
+
 from elastic_apps.glb.lifelines import dimensions, lifeline_buddies, lifeline_graph
 from elastic_apps.glb.termination import ActiveCount, PlaceActivity
 

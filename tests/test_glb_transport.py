@@ -16,6 +16,7 @@ from hashlib import sha256
 from typing import Any
 
 import pytest
+
 from elastic_apps.glb import messages as M
 from elastic_apps.glb.transport import PeerGone, Transport, split_address
 

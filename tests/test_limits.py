@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, start_daemon, stop_daemon, write_job
 from elastic_protocol.control import Hello, Status
 from elastic_protocol.framing import LineSocket

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, wait_until, write_job
 from mpi_support import job_ranks, mpi_skip_reason
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 

@@ -10,7 +10,6 @@ import math
 
 from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import ArmLimit, Launch
 from elasticd.core.engine import Core
 from elasticd.core.events import Exited, PassDue

@@ -8,9 +8,9 @@ Time limits are in Slurm form (a bare int is minutes, "M:SS" is minutes and seco
 from __future__ import annotations
 
 import pytest
+
 from core_support import submit as submit_spec
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import Action, ArmLimit, Launch, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import CancelRequested, Exited, LimitReached, PassDue

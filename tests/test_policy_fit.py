@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
+
 from core_support import submit
 from elastic_protocol.jobspec import (
     JobKind,
@@ -22,8 +24,6 @@ from elastic_protocol.jobspec import (
     PerfModel,
     format_validation_errors,
 )
-from pydantic import ValidationError
-
 from elasticd.core.actions import Launch, SendOrder
 from elasticd.core.engine import Core
 from elasticd.core.events import (

@@ -8,9 +8,9 @@ answered, processes end, and only then are nodes free.
 from __future__ import annotations
 
 import pytest
+
 from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
-
 from elasticd.core.actions import Action, Launch, LaunchJoining, Reclaim, SendOrder
 from elasticd.core.engine import Core
 from elasticd.core.events import (

@@ -9,8 +9,8 @@ has 900 s left, out of an initial estimate of 1000 s.
 from __future__ import annotations
 
 import pytest
-from elastic_protocol.jobspec import JobKind, PerfModel
 
+from elastic_protocol.jobspec import JobKind, PerfModel
 from elasticd.policies import make_policy
 from elasticd.policies.base import (
     Grow,

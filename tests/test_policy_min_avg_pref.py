@@ -6,11 +6,11 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from core_support import submit
-from elastic_protocol.jobspec import JobKind, JobSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core_support import submit
+from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd.core.actions import Launch, SendOrder
 from elasticd.core.engine import Core
 from elasticd.core.events import CancelRequested, GrowAnswered, PassDue, Registered

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elastic_protocol.jobspec import JobKind
-
 from elasticd.policies import make_policy
 from elasticd.policies.base import (
     Grow,

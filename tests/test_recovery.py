@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.control import Resize, Submit
 from elastic_protocol.jobspec import JobSpec

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import BIN, write_job
 
+from conftest import BIN, write_job
 from elasticd.metrics import JobRecord, job_metrics, summarize
 
 

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import BIN
 from elastic_protocol.models import Amdahl
-
 from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
 from elasticd.policies import make_policy
 from elasticd.sim.simulator import JobOutcome, simulate

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import start_daemon, stop_daemon, write_job
 
+from conftest import start_daemon, stop_daemon, write_job
 from elasticd.jobfile import load_job_file
 from elasticd.policies import make_policy
 from elasticd.policies.base import Decision, Snapshot

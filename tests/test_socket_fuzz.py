@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from conftest import RunningDaemon, wait_until, write_job
 from elastic_protocol.control import Queue, Status
 from test_auth import secret_job

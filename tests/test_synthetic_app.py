@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningDaemon, write_job
 from elastic_protocol.models import (
     Amdahl,

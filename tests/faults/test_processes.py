@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faults_support import cli, daemons, start  # noqa: F401 - fixture
+from faults_support import cli, start
 
 from conftest import BIN, wait_until
 

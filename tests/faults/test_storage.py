@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faults_support import cli, daemons, fill, kill9, start, tiny_fs  # noqa: F401 - fixtures
+from faults_support import cli, fill, kill9, start
 
 from conftest import write_job
 
