@@ -6,12 +6,14 @@ namespace). Needs root and the packages, as tests/test_cluster_vcluster.py."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
+from test_cluster_environment import HOLD, allocation, daemon_in
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
 
 NET = "10.200.0.0/24"
@@ -55,8 +57,9 @@ def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart
             if mode == "restart":  # the restarted run registers again before it takes orders
                 d.wait_event(jid, "registered", count=2, timeout=40)
             hosts = d.job(jid)["hosts"]
-            assert wait_until(lambda: {h: len(p) for h, p in ranks_by_node(jid).items()} == {h: 2 for h in hosts}, 30), \
-                (hosts, ranks_by_node(jid))
+            spread = wait_until(lambda: {h: len(p) for h, p in ranks_by_node(jid).items()} == {h: 2 for h in hosts},  # noqa: B023 - called at once
+                                30)
+            assert spread, (hosts, ranks_by_node(jid))
             assert d.cli("elasticd", "resize", str(jid), "1").returncode == 0
             info = d.wait_event(jid, "shrunk", timeout=40)
             released = [h for h in hosts if h not in info["hosts"]]
@@ -70,3 +73,90 @@ def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart
             assert f"job {jid}: verified no MPI rank left on {released[0]}" in log
     finally:
         stop_daemon(d.record)
+
+
+def mpi_args() -> str:
+    return f'["--mca", "btl_tcp_if_include", "{NET}", "--mca", "oob_tcp_if_include", "{NET}"]'
+
+
+@pytest.mark.timeout(150)
+def test_mpi_ranks_are_told_the_host_they_run_on_and_mpirun_uses_ssh_not_slurm_in_an_allocation(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    # One file per rank: lines of ranks printing at once interleave in a shared output.
+    probe = ("from mpi4py import MPI; import os, socket; e = os.environ; r = MPI.COMM_WORLD.rank; "
+             "open(f'rank-{r}', 'w').write(' '.join(map(str, (r, socket.gethostname(), e.get('ELASTIC_HOST'), "
+             "e.get('ELASTIC_NODE_INDEX'), len([k for k in e if k.startswith('SLURM_')])))))")
+    hello = write_job(work, "hello", f'''
+        name = "hello"
+        command = ["python3", "-c", "{probe}"]
+        nodes = 3
+        launcher = "mpi"
+        mpi = {{ ranks_per_node = 2, mpirun_args = {mpi_args()} }}
+        working_dir = "."
+        output = "hello.out"
+        time_limit = "2"
+    ''')
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    with allocation(vcluster, tmp_path, f"elasticd start --launcher ssh --kill-wait 2 && {HOLD}", env,
+                    name="mpi-hosts") as salloc:
+        d = daemon_in(state, salloc, tmp_path, "mpi-hosts")
+        try:
+            jid = d.submit(hello)
+            d.wait([jid], timeout=60)
+            out = (work / "hello.out").read_text()
+            assert d.job(jid)["state"] == "COMPLETED", out
+            hosts = next(e["hosts"] for e in d.job(jid)["events"] if e["event"] == "started")
+            lines = [(work / f"rank-{r}").read_text().split() for r in range(6)]
+            for _rank, host, told, index, slurm in lines:
+                assert told == host, f"a rank on {host} was told it runs on {told}"
+                assert int(index) == hosts.index(host)
+                assert slurm == "0", "the allocation's SLURM_* reached a rank: mpirun would use Slurm's launcher"
+        finally:
+            stop_daemon(d.record)
+
+
+@pytest.mark.timeout(170)
+def test_two_spawn_mode_mpi_jobs_on_disjoint_nodes_of_an_allocation_run_at_once(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    jobs = [jacobi_job(work, f"j{i}", "spawn", "{ min = 1, max = 2, preferred = 1 }", 0.02, points=2000,
+                       iterations=600, time_limit="3", mpi_fields=f"ranks_per_node = 1, mpirun_args = {mpi_args()}")
+            for i in (1, 2)]
+    with allocation(vcluster, tmp_path, f"elasticd start --launcher ssh --kill-wait 2 && {HOLD}", env,
+                    name="mpi-two") as salloc:
+        d = daemon_in(state, salloc, tmp_path, "mpi-two")
+        try:
+            a, b = d.submit(jobs[0]), d.submit(jobs[1])
+            d.wait_event(a, "registered", timeout=40)
+            d.wait_event(b, "registered", timeout=40)
+            assert set(d.job(a)["hosts"]).isdisjoint(d.job(b)["hosts"])
+            # Both compute at the same moment, each on its own node.
+            assert wait_until(lambda: bool(ranks_by_node(a)) and bool(ranks_by_node(b)), 20), \
+                (ranks_by_node(a), ranks_by_node(b))
+            # mpirun reached the nodes over ssh: no Slurm job step holds the allocation's CPUs.
+            steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i %j", "-n", "mpi-two"], env=vcluster.env(),
+                                   capture_output=True, text=True, timeout=30, check=False)
+            assert steps.returncode == 0 and "orted" not in steps.stdout, steps.stdout
+            assert set(ranks_by_node(a)) == set(d.job(a)["hosts"])
+            assert set(ranks_by_node(b)) == set(d.job(b)["hosts"])
+            d.wait([a, b], timeout=90)
+            for j, name in ((a, "j1"), (b, "j2")):
+                assert d.job(j)["state"] == "COMPLETED", (work / f"{name}.out").read_text()
+            ra, rb = d.job(a), d.job(b)
+            assert ra["start_time"] < rb["end_time"] and rb["start_time"] < ra["end_time"], (ra, rb)
+        finally:
+            stop_daemon(d.record)

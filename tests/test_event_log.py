@@ -36,7 +36,7 @@ def state(tmp_path: Path) -> Iterator[Path]:
 def run_tool(*args: str, timeout: float = 60) -> tuple[int, str, str]:
     import subprocess
 
-    r = subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([str(BIN / args[0]), *args[1:]], check=False, capture_output=True, text=True, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -64,12 +64,16 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
         normal = d.submit(recorder_job(folders["normal"], "normal", "{ min = 1, max = 4 }"))
         d.wait_event(normal, "registered")
         # A user's resize, answered by the application.
-        assert d.cli("elasticd", "resize", str(normal), "2").returncode == 0
+        r = d.cli("elasticd", "resize", str(normal), "2")
+        assert r.returncode == 0 and f"job {normal}: shrunk to 2 nodes" in r.stdout, r.stdout + r.stderr
         d.wait_event(normal, "shrunk")
         refuse = d.submit(recorder_job(folders["refuse"], "refuse", "{ min = 1, max = 2 }"))
         d.wait_event(refuse, "registered")
         # Refused by the application, then a missed deadline.
-        assert d.cli("elasticd", "resize", str(refuse), "1").returncode == 0
+        # `elasticd resize` waits for the outcome: a refusal is an error, saying so.
+        r = d.cli("elasticd", "resize", str(refuse), "1")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"job {refuse}: the resize to 1 nodes did not happen: refused" in r.stderr
         d.wait_event(refuse, "refused")
         hang = d.submit(recorder_job(folders["hang"], "hang", "{ min = 1, max = 1 }"))
         d.wait([timeout_job], timeout=20)
@@ -110,7 +114,7 @@ def test_replay_names_the_first_recorded_decision_that_differs(state: Path, tmp_
     i = next(k for k, line in enumerate(lines) if '"type":"Launch"' in line)
     lines[i] = lines[i].replace('"node1"', '"node2"')
     log.write_text("\n".join(lines) + "\n")
-    rc, out, err = run_tool("elasticd", "replay", str(state))
+    rc, _out, err = run_tool("elasticd", "replay", str(state))
     assert rc == 1
     assert f"{log}:{i + 1}: event" in err and "PassDue" in err and "node2" in err
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +29,9 @@ def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, ma
     ''')
 
 
-def resize(d: RunningDaemon, job_id: int, nodes: int):
-    return d.cli("elasticd", "resize", str(job_id), str(nodes))
+def resize(d: RunningDaemon, job_id: int, nodes: int, *flags: str) -> subprocess.CompletedProcess[str]:
+    """`elasticd resize`, which waits for the outcome (exit 1 unless it happened)."""
+    return d.cli("elasticd", "resize", str(job_id), str(nodes), *flags)
 
 
 def alive(pid: int) -> bool:
@@ -112,13 +114,14 @@ def test_application_chooses_which_hosts_to_release(daemon: RunningDaemon, workd
 def test_refused_order_leaves_the_job_as_it_was(daemon: RunningDaemon, workdir: Path) -> None:
     jid = daemon.submit(recorder_job(workdir, mode="refuse"))
     daemon.wait_event(jid, "registered")
-    assert resize(daemon, jid, 2).returncode == 0
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "did not happen: refused: order 1: busy with a phase that cannot be split" in r.stderr
     info = daemon.wait_event(jid, "refused")
     assert info["state"] == "RUNNING" and info["nodes"] == 4
     refused = next(e for e in info["events"] if e["event"] == "refused")
     assert "cannot be split" in refused["detail"]
     # It can be asked again (a refusal is not a deferral).
-    assert resize(daemon, jid, 2).returncode == 0
+    assert resize(daemon, jid, 2).returncode == 1
     daemon.wait_event(jid, "refused", count=2)
     finish(daemon, workdir, jid)
 
@@ -126,7 +129,8 @@ def test_refused_order_leaves_the_job_as_it_was(daemon: RunningDaemon, workdir: 
 def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: RunningDaemon, workdir: Path) -> None:
     jid = daemon.submit(recorder_job(workdir, mode="defer"))
     daemon.wait_event(jid, "registered")
-    assert resize(daemon, jid, 2).returncode == 0
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "did not happen: deferred: order 1: 60 s" in r.stderr
     daemon.wait_event(jid, "deferred")
     r = resize(daemon, jid, 2)
     assert r.returncode == 1 and "cannot take an order now" in r.stderr
@@ -138,7 +142,7 @@ def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: Run
     jid = d.submit(recorder_job(workdir, mode="hang"))
     d.wait_event(jid, "registered")
     node4 = pid_of(workdir, "node4")
-    assert resize(d, jid, 3).returncode == 0
+    assert resize(d, jid, 3, "--no-wait").returncode == 0
     # While the application dithers the job is RESIZING, in the table and in --json.
     assert wait_until(lambda: d.job(jid)["state"] == "RESIZING", 2)
     assert any("RESIZING" in line for line in d.cli("equeue").stdout.splitlines())
@@ -194,7 +198,8 @@ def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(da
 def test_application_that_dies_during_a_resize_leaves_the_daemon_consistent(daemon: RunningDaemon, workdir: Path) -> None:
     jid = daemon.submit(recorder_job(workdir, mode="die_on_shrink"))
     daemon.wait_event(jid, "registered")
-    assert resize(daemon, jid, 2).returncode == 0
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "did not happen: order failed" in r.stderr
     info = daemon.wait_event(jid, "order_failed")
     assert info["state"] == "RUNNING" and info["nodes"] == 4
     info = finish(daemon, workdir, jid, state="FAILED")

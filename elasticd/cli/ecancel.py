@@ -18,7 +18,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         with ControlClient.connect(args.state_dir, "ecancel") as client:
-            client.request(Cancel(job_ids=args.job_ids))
+            answer = client.request(Cancel(job_ids=args.job_ids))
+        for jid in answer.get("already_ended", []):
+            state = answer["states"][str(jid)]
+            # A job the daemon lost (NODE_FAIL at a restart) had its leftover processes
+            # ended before its nodes were used again; say so rather than nothing.
+            print(f"ecancel: job {jid} had already ended ({state}); nothing of it is left to cancel",
+                  file=sys.stderr)
         return 0
 
     return run_tool("ecancel", body)

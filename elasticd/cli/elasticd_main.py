@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
-from elastic_protocol.control import Resize, Status, StatusInfo, Stop
-from elasticd import __version__
+from elastic_protocol.control import JobEventInfo, Queue, QueueDocument, Resize, Status, StatusInfo, Stop
+from elasticd import __version__, defaults
+from elasticd.allocation import bind as bind_allocation
+from elasticd.allocation import current_allocation
 from elasticd.cli import evaluate_cmd, experiment_cmd, replay_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
 from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
@@ -61,20 +64,24 @@ _count.__name__ = "count"
 
 def _common_start_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", type=_count, metavar="N", help="manage N virtual nodes on this machine")
-    p.add_argument("--policy", default="easy", choices=sorted(POLICIES), help="scheduling policy (default: easy)")
-    p.add_argument("--kill-wait", type=_seconds, default=5.0, metavar="S",
-                   help="seconds between SIGTERM and SIGKILL when a job is ended (default 5)")
-    p.add_argument("--order-deadline", type=_positive_seconds, default=30.0, metavar="S",
-                   help="seconds an application has to answer a shrink or grow order (default 30)")
-    p.add_argument("--min-resize-interval", type=_seconds, default=10.0, metavar="S",
-                   help="malleable policy: least seconds between two resizes of one job (default 10)")
-    p.add_argument("--schedule-interval", type=_positive_seconds, default=5.0, metavar="S",
-                   help="also run the policy this often while jobs exist (default 5)")
-    p.add_argument("--min-free-space", type=_count, default=64, metavar="MIB",
-                   help="start no job while the state directory's file system has less free (default 64 MiB)")
-    p.add_argument("--output-cap", type=_count, default=1024, metavar="MIB",
+    p.add_argument("--policy", default=defaults.POLICY, choices=sorted(POLICIES),
+                   help=f"scheduling policy (default: {defaults.POLICY})")
+    p.add_argument("--kill-wait", type=_seconds, default=defaults.KILL_WAIT, metavar="S",
+                   help=f"seconds between SIGTERM and SIGKILL when a job is ended (default {defaults.KILL_WAIT:g})")
+    p.add_argument("--order-deadline", type=_positive_seconds, default=defaults.ORDER_DEADLINE, metavar="S",
+                   help="seconds an application has to answer a shrink or grow order "
+                   f"(default {defaults.ORDER_DEADLINE:g})")
+    p.add_argument("--min-resize-interval", type=_seconds, default=defaults.MIN_RESIZE_INTERVAL, metavar="S",
+                   help="malleable policy: least seconds between two resizes of one job "
+                   f"(default {defaults.MIN_RESIZE_INTERVAL:g})")
+    p.add_argument("--schedule-interval", type=_positive_seconds, default=defaults.SCHEDULE_INTERVAL, metavar="S",
+                   help=f"also run the policy this often while jobs exist (default {defaults.SCHEDULE_INTERVAL:g})")
+    p.add_argument("--min-free-space", type=_count, default=defaults.MIN_FREE_SPACE_MIB, metavar="MIB",
+                   help="start no job while the state directory's file system has less free "
+                   f"(default {defaults.MIN_FREE_SPACE_MIB} MiB)")
+    p.add_argument("--output-cap", type=_count, default=defaults.OUTPUT_CAP_MIB, metavar="MIB",
                    help="a job whose output files pass this size in all is ended, FAILED, with a reason naming "
-                   "the cap (default 1024 MiB; a job file's output_cap overrides it)")
+                   f"the cap (default {defaults.OUTPUT_CAP_MIB} MiB; a job file's output_cap overrides it)")
     add_policy_params(p)
 
 
@@ -110,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
     rz.add_argument("job_id", type=int)
     rz.add_argument("nodes", type=int)
+    rz.add_argument("--no-wait", action="store_true", help="return once the order is given, not its outcome")
+    rz.add_argument("--timeout", type=_positive_seconds, default=120.0, metavar="S",
+                    help="how long to wait for the outcome (default 120)")
     add_state_dir(rz)
 
     sim_cmd.add_parser(sub)
@@ -143,6 +153,11 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     state_dir = prepare(args.state_dir or default_state_dir())
+    aside = bind_allocation(state_dir, current_allocation(),
+                            movable=args.state_dir is None and "ELASTIC_STATE_DIR" not in os.environ)
+    if aside is not None:
+        print(f"elasticd: {state_dir} belonged to another Slurm allocation; kept as {aside}, "
+              "starting afresh", file=sys.stderr)
     policy_settings(args.policy, args.policy_config, args.policy_param, args.min_resize_interval)
     cluster = cluster_for(args)
     settings = cluster_settings(args, cluster)
@@ -164,7 +179,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
                          log_level=args.log_level, extra=extra + limit_passthrough(args),
                          timeout=20.0 + settings.connect_timeout)
-    kind = "local nodes" if cluster.mode == "local" else f"nodes from {cluster.source}"
+    noun = "node" if len(cluster.nodes) == 1 else "nodes"
+    kind = f"local {noun}" if cluster.mode == "local" else f"{noun} from {cluster.source}"
     print(f"elasticd started (pid {rec.pid}): {len(cluster.nodes)} {kind}: {cluster.folded}, "
           f"policy {args.policy}, launcher {settings.launcher}")
     print(f"  control channel {rec.control_address}, applications {rec.app_address}")
@@ -273,11 +289,40 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# How an order ends, in a job's history; the first after the order is its outcome.
+_SETTLED = {"shrunk": True, "grown": True, "refused": False, "deferred": False, "deadline_missed": False,
+            "order_failed": False, "order_dropped": False, "ended": False, "cancelled": False}
+
+
 def cmd_resize(args: argparse.Namespace) -> int:
+    """Order the resize and, unless --no-wait, wait for its outcome: the application's
+    answer is what decides it, and a refusal is an error (exit 1), not a success."""
     with ControlClient.connect(args.state_dir, "elasticd-resize") as c:
+        before = _history(c, args.job_id)
         c.request(Resize(job_id=args.job_id, nodes=args.nodes))
-    print(f"job {args.job_id}: ordered to {args.nodes} nodes")
-    return 0
+        if args.no_wait:
+            print(f"job {args.job_id}: ordered to {args.nodes} nodes (not waiting for the outcome)")
+            return 0
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            events = _history(c, args.job_id)
+            outcome = next((e for e in events[len(before):] if e.event in _SETTLED), None)
+            if outcome is not None:
+                break
+            time.sleep(0.1)
+        else:
+            return fail("elasticd", f"job {args.job_id}: ordered to {args.nodes} nodes, no outcome within "
+                        f"{args.timeout:g} s (`equeue -j {args.job_id} --json` shows what follows)")
+    what = f"{outcome.event.replace('_', ' ')}" + (f": {outcome.detail}" if outcome.detail else "")
+    if _SETTLED[outcome.event]:
+        print(f"job {args.job_id}: {outcome.event} to {outcome.nodes} nodes ({', '.join(outcome.hosts)})")
+        return 0
+    return fail("elasticd", f"job {args.job_id}: the resize to {args.nodes} nodes did not happen: {what}")
+
+
+def _history(c: ControlClient, job_id: int) -> list[JobEventInfo]:
+    doc = QueueDocument.model_validate(c.request(Queue(job_ids=[job_id], all=True)))
+    return doc.jobs[0].events if doc.jobs else []
 
 
 _COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch, "resize": cmd_resize}

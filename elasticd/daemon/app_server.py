@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+from typing import TYPE_CHECKING
 
 from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, parse_count
 from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd.daemon.line_server import LineServer
-from elasticd.daemon.service import Daemon
 from elasticd.errors import OrderRejected, UnknownJob
+
+if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
+    from elasticd.daemon.service import Daemon
 
 log = logging.getLogger("elasticd.app")
 
@@ -88,7 +91,8 @@ class AppServer(LineServer):
                         break
                     continue
                 except (OrderRejected, ProtocolError) as exc:
-                    self.refused.note(f"job {job_id}: {exc.code}: {exc}")
+                    if exc.code != "not_found":  # a value not put yet is an answer, not a refusal
+                        self.refused.note(f"job {job_id}: {exc.code}: {exc}")
                     reply = error_line(exc.code, str(exc))
                 except UnknownJob:
                     break  # the job is gone (ended meanwhile)
@@ -117,27 +121,33 @@ class AppServer(LineServer):
                 return None
             msg = parse(line, APP_VERBS)
         except TimeoutError:
-            return await self._refuse(writer, peer, "timeout", "no hello received in time")
+            await self._refuse(writer, peer, "timeout", "no hello received in time")
+            return None
         except ProtocolError as exc:
-            return await self._refuse(writer, peer, exc.code, str(exc))
+            await self._refuse(writer, peer, exc.code, str(exc))
+            return None
         if msg.verb != "hello" or len(msg.args) != 3:
-            return await self._refuse(writer, peer, "bad_request", "first line must be: hello VERSION JOB_ID SECRET")
+            await self._refuse(writer, peer, "bad_request", "first line must be: hello VERSION JOB_ID SECRET")
+            return None
         version, job_text, secret = msg.args
         if version != str(PROTOCOL_VERSION):
-            return await self._refuse(writer, peer, "version_mismatch",
-                                      f"daemon speaks version {PROTOCOL_VERSION}, not {version[:16]}")
+            await self._refuse(writer, peer, "version_mismatch",
+                               f"daemon speaks version {PROTOCOL_VERSION}, not {version[:16]}")
+            return None
         # Job ids are small: a digit string longer than this names no job (and int() of
         # thousands of digits would raise).
         job_id = int(job_text) if job_text.isdigit() and len(job_text) <= 18 else None
         expected = self.daemon.job_secrets.get(job_id) if job_id is not None else None
         if job_id is None or expected is None or not hmac.compare_digest(secret.encode(), expected.encode()):
-            return await self._refuse(writer, peer, "auth_failed", "wrong secret for that job, or the job is not running",
-                                      f"claiming job {job_text[:20]}: wrong secret or job not running")
+            await self._refuse(writer, peer, "auth_failed", "wrong secret for that job, or the job is not running",
+                               f"claiming job {job_text[:20]}: wrong secret or job not running")
+            return None
         job = self.daemon.core.jobs.get(job_id)
         cap = 2 * (job.spec.node_bounds[1] if job is not None else 1) + 4
         if self._per_job.get(job_id, 0) >= cap:
-            return await self._refuse(writer, peer, "busy", f"job {job_id} already holds {cap} connections",
-                                      f"job {job_id}: more than {cap} connections")
+            await self._refuse(writer, peer, "busy", f"job {job_id} already holds {cap} connections",
+                               f"job {job_id}: more than {cap} connections")
+            return None
         self._per_job[job_id] = self._per_job.get(job_id, 0) + 1
         self.proven(writer)
         await _reply(writer, f"ok hello {PROTOCOL_VERSION}".encode())
@@ -150,7 +160,6 @@ class AppServer(LineServer):
             await asyncio.wait_for(_reply(writer, error_line(code, message)), 1.0)
         except (ConnectionError, TimeoutError):
             pass
-        return None
 
     def _serve(self, job_id: int, msg: Message, link: _Link) -> str:
         d = self.daemon
@@ -176,10 +185,10 @@ class AppServer(LineServer):
             d.app_answer(job_id, verb, order_id, list(msg.args), text)
             return f"ok {verb} order={order_id}"
         if verb == "resume":
-            text = msg.options.get("order")
-            if text is not None and not text.isdigit():
+            order_text = msg.options.get("order")
+            if order_text is not None and not order_text.isdigit():
                 raise MalformedMessage("resume: order=ID must be a number")
-            d.app_resume(job_id, None if text is None else int(text), list(msg.args))
+            d.app_resume(job_id, None if order_text is None else int(order_text), list(msg.args))
             return "ok resume"
         if verb == "request":
             n = parse_count(msg)

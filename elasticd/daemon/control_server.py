@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -37,9 +38,11 @@ from elastic_protocol.jobspec import format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd import __version__
 from elasticd.daemon.line_server import LineServer
-from elasticd.daemon.service import Daemon
 from elasticd.daemon.views import job_info, node_infos
 from elasticd.errors import ElasticError, UnknownJob
+
+if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
+    from elasticd.daemon.service import Daemon
 
 log = logging.getLogger("elasticd.control")
 
@@ -49,7 +52,7 @@ def _error(code: str, message: str, details: list[str] | None = None) -> bytes:
     return resp.model_dump_json().encode() + b"\n"
 
 
-def _ok(data: dict | None = None) -> bytes:
+def _ok(data: dict[str, Any] | None = None) -> bytes:
     return Response(ok=True, data=data or {}).model_dump_json().encode() + b"\n"
 
 
@@ -152,9 +155,12 @@ class ControlServer(LineServer):
                 return _error("stopping", "the daemon is stopping")
             return _ok({"job_id": d.submit(req.spec)})
         if isinstance(req, Cancel):
-            results = {}
+            results: dict[str, str | None] = {}
+            ended: list[int] = []  # had ended before: nothing of them was left to cancel
             for jid in req.job_ids:
                 try:
+                    if d.core.job(jid).state.is_final:
+                        ended.append(jid)
                     results[str(jid)] = d.cancel(jid)
                 except UnknownJob:
                     results[str(jid)] = None
@@ -162,7 +168,7 @@ class ControlServer(LineServer):
             if missing:
                 return _error("unknown_job", f"no such job: {', '.join(missing)}",
                               [f"{j}: {s}" for j, s in results.items() if s is not None])
-            return _ok({"states": results})
+            return _ok({"states": results, "already_ended": ended})
         if isinstance(req, Queue):
             return _ok(self._queue(req).model_dump())
         if isinstance(req, Status):

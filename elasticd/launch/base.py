@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import pwd
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
 from elastic_protocol.jobspec import JobSpec
 
@@ -78,16 +80,26 @@ def output_paths(spec: JobSpec, job_id: int, host: str, index: int, workdir: Pat
     return out, err
 
 
-def job_environment(req: LaunchRequest, host: str, index: int, hostfile: Path) -> dict[str, str]:
+# What the daemon's own environment holds for itself, never a job's (README: what a job
+# sees): the allocation's SLURM_* variables (Open MPI would take them for its own job and
+# start its daemons as Slurm steps on the allocation's CPUs) and the daemon's ELASTIC_*
+# settings (a job's ELASTIC_* are set below, for it). A launcher that needs some passes them
+# on purpose (`keep`).
+DAEMON_ONLY_PREFIXES = ("SLURM_", "SLURMD_", "ELASTIC_")
+
+
+def job_environment(req: LaunchRequest, host: str, index: int, hostfile: Path,
+                    keep: frozenset[str] = frozenset()) -> dict[str, str]:
     """What a process learns about its job; the names are the documented interface."""
-    env = dict(os.environ)
-    # Jobs see the Python environment elastic runs in first (its virtualenv, say), so that
-    # `python3 -m elastic_apps...` in a job file finds the client library.
-    bin_dir = os.path.dirname(sys.executable)
-    path = env.get("PATH", "")
-    if bin_dir not in path.split(os.pathsep):
-        env["PATH"] = bin_dir + (os.pathsep + path if path else "")
-    env.update(req.spec.env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DAEMON_ONLY_PREFIXES) or k in keep}
+    # The interpreter and packages that run `python3 -m elastic_apps...` are the daemon's
+    # (its virtualenv, say), first on PATH whatever the user's shell put before it — or the
+    # job file's own `python`.
+    python = req.spec.python or sys.executable
+    bin_dir = os.path.dirname(python)
+    parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+    env["PATH"] = os.pathsep.join([bin_dir, *parts])
+    env.update(req.spec.env)  # the job file's own variables, PATH included, win
     env.update(
         {
             "ELASTIC_JOB_ID": str(req.job_id),
@@ -113,3 +125,10 @@ def write_hostfile(req: LaunchRequest) -> Path:
     tmp.write_text("".join(f"{h}\n" for h in req.all_hosts))
     tmp.replace(path)
     return path
+
+
+async def call_back(cb: Callable[..., object], *args: object) -> None:
+    """Call a launcher's callback, which the daemon may give as a plain function or a coroutine."""
+    result = cb(*args)
+    if inspect.isawaitable(result):
+        await result

@@ -59,7 +59,7 @@ def _host_launcher(
         from elasticd.launch.ssh import SSHLauncher, SSHOptions
 
         return SSHLauncher(on_exit, on_hosts_gone, on_host_down, on_host_up, kill_wait=kill_wait,
-                           options=SSHOptions(**options))
+                           options=SSHOptions(**options), tag=tag)
     from elasticd.launch.srun import SrunLauncher  # make_launcher checked the kind
 
     return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, **options)

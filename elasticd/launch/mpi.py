@@ -7,7 +7,8 @@ What it adds, and why:
 - Placement. Local mode has no real hosts, so `mpirun` reaches each virtual host through a
   small rsh agent that runs Open MPI's daemon (orted) on this machine, in that host's name
   (ELASTIC_MPI_NODE, ELASTIC_HOST) and its own TMPDIR, also for shared-memory segments
-  (virtual hosts sharing one collide in PMIx's store and in /dev/shm: seen as crashes). In cluster mode the agent is ssh with the daemon's ssh_config.
+  (virtual hosts sharing one collide in PMIx's store and in /dev/shm: seen as crashes). In cluster mode the agent is ssh with the daemon's ssh_config, telling
+  each node which host it is (CLUSTER_AGENT).
 - Accounting. Open MPI puts every rank in a process group of its own, so the host launcher's
   process group covers only mpirun. Every process of the run carries ELASTIC_MPI_TAG (a
   value unique to the run); ranks also carry OMPI_COMM_WORLD_RANK. That is how the daemon
@@ -43,7 +44,7 @@ from typing import Any
 import psutil
 
 from elasticd.errors import LaunchError
-from elasticd.launch.base import ExitCallback, HostsGoneCallback, Launcher, LaunchRequest
+from elasticd.launch.base import ExitCallback, HostsGoneCallback, Launcher, LaunchRequest, call_back
 
 log = logging.getLogger("elasticd.launch.mpi")
 
@@ -55,6 +56,22 @@ OMPI_MCA_btl_vader_backing_directory="$TMPDIR"
 export ELASTIC_MPI_NODE ELASTIC_HOST TMPDIR OMPI_MCA_btl_vader_backing_directory
 mkdir -p "$TMPDIR"
 exec sh -c "$*"
+"""
+
+# The rsh agent of cluster mode: `AGENT HOST COMMAND...` runs COMMAND on HOST over ssh,
+# telling it which host it is and its place in the job (ranks inherit both from the orted it
+# starts): ELASTIC_HOST, and ELASTIC_NODE_INDEX where the host is one of the job's (a host
+# listed only for later spawns has none yet).
+CLUSTER_AGENT = """#!/bin/sh
+host="$1"; shift
+index=""; i=0
+old_ifs="$IFS"; IFS=,
+for h in $ELASTIC_JOB_HOSTS; do
+    if [ "$h" = "$host" ] && [ -z "$index" ]; then index=$i; fi
+    i=$((i + 1))
+done
+IFS="$old_ifs"
+exec {ssh} "$host" "ELASTIC_HOST=$host ELASTIC_NODE_INDEX=$index; export ELASTIC_HOST ELASTIC_NODE_INDEX;" "$@"
 """
 
 # Run on a node over ssh (cluster mode): list the run's ranks in this node's network
@@ -82,7 +99,9 @@ for d in os.listdir("/proc"):
         print(d)
 """
 
-FORWARDED_PREFIXES = ("ELASTIC_", "OMPI_MCA_", "PMIX_MCA_")
+# The daemon's own Open MPI settings go on to remote ranks (what the README tells operators
+# to set to choose the network); a job's own variables are forwarded by name.
+FORWARDED_PREFIXES = ("OMPI_MCA_", "PMIX_MCA_")
 
 
 @dataclass
@@ -208,10 +227,14 @@ class MpiLauncher:
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if self.cluster:
-            if self.ssh_config is not None:
-                argv += ["--mca", "plm_rsh_agent", f"ssh -F {self.ssh_config}"]
+            ssh = "ssh" if self.ssh_config is None else f"ssh -F {shlex.quote(str(self.ssh_config))}"
+            # Beside the hostfile, in the job's folder: where mpirun's node reads it too.
+            agent = hostfile.parent / "mpi-agent"
+            agent.write_text(CLUSTER_AGENT.replace("{ssh}", ssh))
+            agent.chmod(0o700)
+            argv += ["--mca", "plm_rsh_agent", str(agent)]
             # Over ssh, remote ranks get only what mpirun forwards.
-            names = set(env) | {k for k in os.environ if k.startswith(FORWARDED_PREFIXES)}
+            names = set(env) | set(run.req.spec.env) | {k for k in os.environ if k.startswith(FORWARDED_PREFIXES)}
             names |= {"PATH", "ELASTIC_JOB_ID", "ELASTIC_JOB_NAME", "ELASTIC_JOB_HOSTS", "ELASTIC_JOB_NUM_NODES",
                       "ELASTIC_APP_ADDRESS", "ELASTIC_JOB_SECRET", "ELASTIC_HOSTFILE"}
             for name in sorted(names - {"ELASTIC_HOST", "ELASTIC_NODE_INDEX", "ELASTIC_MPI_TMP"}):
@@ -319,7 +342,7 @@ class MpiLauncher:
         # restart: the whole run exits): wait for that before ending anything.
         if await self._clear(run, list(hosts), max(grace, 10.0)):
             log.info("job %d: verified no MPI rank left on %s", job_id, ",".join(hosts))
-        await _call(self.on_hosts_gone, job_id, list(hosts))
+        await call_back(self.on_hosts_gone, job_id, list(hosts))
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
         run = self.runs.get(job_id)
@@ -335,12 +358,12 @@ class MpiLauncher:
         return run.hosts + [n for n in self.nodes if n not in run.hosts]
 
     async def _base_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
-        await _call(self.on_hosts_gone, job_id, hosts)
+        await call_back(self.on_hosts_gone, job_id, hosts)
 
     async def _base_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
         run = self.runs.get(job_id)
         if run is None:
-            await _call(self.on_exit, job_id, code, sig)
+            await call_back(self.on_exit, job_id, code, sig)
             return
         # Nothing of the run may outlive mpirun (orteds, ranks of a killed run).
         await self._signal(run, self._all_hosts(run), signal.SIGKILL, ranks_only=False)
@@ -357,7 +380,7 @@ class MpiLauncher:
         for t in run.checks:
             t.cancel()
         shutil.rmtree(run.tmp, ignore_errors=True)
-        await _call(self.on_exit, job_id, code, sig)
+        await call_back(self.on_exit, job_id, code, sig)
 
 
 def _env_path(name: str) -> Path | None:
@@ -398,9 +421,3 @@ def _local_signal(tag: str, hosts: set[str], sig: int, ranks_only: bool) -> None
             p.send_signal(sig)
         except psutil.Error:
             pass
-
-
-async def _call(cb, *args) -> None:  # noqa: ANN001
-    result = cb(*args)
-    if asyncio.iscoroutine(result):
-        await result

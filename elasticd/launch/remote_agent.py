@@ -18,11 +18,19 @@ Roles:
                         after WAIT s; print `st TOKEN CODE SIGNAL` per token, then `gone`,
                         or `left PID...` if something survived SIGKILL
   cleanup DIR           remove the status directory of this daemon run on this node
+  sweep TAG HOST WAIT [JOB...]
+                        end every process on this node whose environment carries
+                        ELASTIC_TAG=TAG/JOB/HOST for a JOB not listed (jobs of an earlier
+                        run of the same state directory that nobody tracks any more):
+                        SIGTERM, SIGKILL after WAIT s; print `ended JOB N` per job, then
+                        `gone`, or `left PID...` if something survived SIGKILL
 
 The job's process is the leader of a new session and process group (its pid is the
 PGID the daemon records), so signalling -PGID reaches it and its children, and never
 the monitor, which lives in a session of its own and outlives them to record the status.
 """
+
+from __future__ import annotations
 
 import json
 import os
@@ -30,23 +38,25 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Iterable
+from typing import Any
 
 
-def _write_atomic(path, text):
+def _write_atomic(path: str, text: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
 
-def _report(fd, text):
+def _report(fd: int, text: str) -> None:
     try:
         os.write(fd, text.encode("utf-8", "replace"))
     finally:
         os.close(fd)
 
 
-def _exec_child(req, out_fd, err_fd, fail_fd):
+def _exec_child(req: dict[str, Any], out_fd: int, err_fd: int, fail_fd: int) -> None:
     """In the forked child: become a session leader and exec the job's command."""
     argv = req["argv"]
     try:
@@ -73,7 +83,7 @@ def _exec_child(req, out_fd, err_fd, fail_fd):
     os._exit(127)
 
 
-def _monitor(req, report_fd):
+def _monitor(req: dict[str, Any], report_fd: int) -> None:
     """In the forked monitor: start the job, say its PGID, wait, record its exit status."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -117,13 +127,13 @@ def _monitor(req, report_fd):
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        code, sig = 0, os.WTERMSIG(status)
+        code, signum = 0, os.WTERMSIG(status)
     else:
-        code, sig = os.WEXITSTATUS(status), 0
-    _write_atomic(os.path.join(status_dir, token + ".st"), f"{code} {sig}\n")
+        code, signum = os.WEXITSTATUS(status), 0
+    _write_atomic(os.path.join(status_dir, token + ".st"), f"{code} {signum}\n")
 
 
-def spawn():
+def spawn() -> None:
     req = json.loads(sys.stdin.buffer.read())
     report_r, report_w = os.pipe()
     pid = os.fork()
@@ -148,7 +158,7 @@ def spawn():
     sys.stdout.write((answer.decode("utf-8", "replace") or "error the monitor died before the job started") + "\n")
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rsplit(b")", 1)[1].split()[0]
@@ -157,9 +167,9 @@ def _alive(pid):
         return False
 
 
-def _members(pgids):
+def _members(pgids: set[int]) -> list[int]:
     """Live (non-zombie) processes of these process groups, from /proc."""
-    found = []
+    found: list[int] = []
     if not pgids:
         return found
     for name in os.listdir("/proc"):
@@ -176,7 +186,7 @@ def _members(pgids):
     return found
 
 
-def _signal_groups(pgids, sig):
+def _signal_groups(pgids: set[int], sig: int) -> None:
     for pgid in pgids:
         try:
             os.killpg(pgid, sig)
@@ -184,7 +194,7 @@ def _signal_groups(pgids, sig):
             pass
 
 
-def _sleep_while_members(pgids, seconds):
+def _sleep_while_members(pgids: set[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     delay = 0.005
     while _members(pgids):
@@ -195,7 +205,7 @@ def _sleep_while_members(pgids, seconds):
     return True
 
 
-def end(grace, wait, status_dir, items):
+def end(grace: str, wait: str, status_dir: str, items: list[str]) -> None:
     tokens = {}
     for item in items:
         token, _, pgid = item.partition(":")
@@ -240,7 +250,7 @@ def end(grace, wait, status_dir, items):
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def _monitor_alive(run_path):
+def _monitor_alive(run_path: str) -> bool:
     try:
         with open(run_path) as f:
             return _alive(int(f.read().split()[1]))
@@ -248,8 +258,8 @@ def _monitor_alive(run_path):
         return False
 
 
-def watch(status_dir, heartbeat):
-    heartbeat = float(heartbeat)
+def watch(status_dir: str, heartbeat_text: str) -> None:
+    heartbeat = float(heartbeat_text)
     os.makedirs(status_dir, mode=0o700, exist_ok=True)
     seen = set()
     lost = set()
@@ -293,7 +303,7 @@ def watch(status_dir, heartbeat):
             os.write(1, ("\n".join(lines) + "\n").encode())
 
 
-def cleanup(status_dir):
+def cleanup(status_dir: str) -> None:
     if os.path.isdir(status_dir):
         for name in os.listdir(status_dir):
             try:
@@ -308,7 +318,60 @@ def cleanup(status_dir):
     sys.stdout.write("gone\n")
 
 
-def main(argv):
+def _tagged(prefix: bytes, suffix: bytes, keep: set[str]) -> dict[int, str]:
+    """pid -> job of the live processes whose environment has PREFIX JOB SUFFIX."""
+    found: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(prefix) and item.endswith(suffix):
+                job = item[len(prefix):len(item) - len(suffix)].decode(errors="replace")
+                if job.isdigit() and job not in keep and _alive(int(name)):
+                    found[int(name)] = job
+                break
+    return found
+
+
+def _signal_pids(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def sweep(tag: str, host: str, wait: str, keep: list[str]) -> None:
+    prefix = f"ELASTIC_TAG={tag}/".encode()
+    suffix = f"/{host}".encode()
+    kept = set(keep)
+    first = _tagged(prefix, suffix, kept)
+    if first:
+        _signal_pids(first, signal.SIGTERM)
+        deadline = time.monotonic() + float(wait)
+        while _tagged(prefix, suffix, kept) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for _ in range(100):
+            left = _tagged(prefix, suffix, kept)
+            if not left:
+                break
+            _signal_pids(left, signal.SIGKILL)
+            time.sleep(0.02)
+    counts: dict[str, int] = {}
+    for job in first.values():
+        counts[job] = counts.get(job, 0) + 1
+    lines = [f"ended {job} {n}" for job, n in sorted(counts.items())]
+    left = _tagged(prefix, suffix, kept)
+    lines.append("left " + " ".join(map(str, sorted(left))) if left else "gone")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> None:
     role, args = argv[0], argv[1:]
     if role == "spawn":
         spawn()
@@ -318,6 +381,8 @@ def main(argv):
         end(args[0], args[1], args[2], args[3:])
     elif role == "cleanup":
         cleanup(args[0])
+    elif role == "sweep":
+        sweep(args[0], args[1], args[2], args[3:])
     else:
         sys.stderr.write(f"remote_agent: unknown role {role!r}\n")
         sys.exit(2)

@@ -23,21 +23,26 @@ import os
 import shutil
 from pathlib import Path
 
+from elasticd import defaults
 from elasticd.errors import ElasticError, LaunchError
 from elasticd.launch.base import (
     ExitCallback,
     HostsGoneCallback,
     LaunchRequest,
+    call_back,
     job_environment,
     output_paths,
 )
 from elasticd.launch.local import LocalLauncher, _HostProc, _open_output, proc_files
 
+# srun itself needs the cluster's configuration and the allocation it runs steps in.
+SRUN_NEEDS = frozenset({"SLURM_CONF", "SLURM_JOB_ID", "SLURM_JOBID"})
+
 log = logging.getLogger("elasticd.launch.srun")
 
 
 class SrunLauncher(LocalLauncher):
-    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0,
+    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = defaults.KILL_WAIT,
                  slurm_job: str | None = None) -> None:
         job = slurm_job or os.environ.get("SLURM_JOB_ID")
         if not job:
@@ -66,7 +71,7 @@ class SrunLauncher(LocalLauncher):
         fd = _open_output(req.job_dir / f"srun-{host}.log")
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, env=job_environment(req, host, index, hostfile), stdin=asyncio.subprocess.DEVNULL,
+                *argv, env=job_environment(req, host, index, hostfile, keep=SRUN_NEEDS), stdin=asyncio.subprocess.DEVNULL,
                 stdout=fd, stderr=fd, start_new_session=True,
             )
         except OSError as exc:
@@ -80,11 +85,11 @@ class SrunLauncher(LocalLauncher):
     # ---- verification at Slurm's level ----------------------------------------------------
     async def _hosts_gone_verified(self, job_id: int, hosts: list[str]) -> None:
         await self._steps_gone({self.step_name(job_id, h) for h in hosts})
-        await _call(self._user_on_hosts_gone, job_id, hosts)
+        await call_back(self._user_on_hosts_gone, job_id, hosts)
 
     async def _exit_verified(self, job_id: int, code: int | None, sig: int | None) -> None:
         await self._steps_gone(None, prefix=f"elastic.{job_id}.")
-        await _call(self._user_on_exit, job_id, code, sig)
+        await call_back(self._user_on_exit, job_id, code, sig)
 
     async def _steps_gone(self, names: set[str] | None, prefix: str = "") -> None:
         """Wait until Slurm lists none of these steps; cancel those that outlived srun."""
@@ -129,9 +134,3 @@ class SrunLauncher(LocalLauncher):
 
 def _literal(path: Path) -> str:
     return str(path).replace("%", "%%")
-
-
-async def _call(cb, *args) -> None:
-    result = cb(*args)
-    if asyncio.iscoroutine(result):
-        await result

@@ -38,7 +38,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +46,13 @@ from typing import Any
 
 import paramiko
 
+from elasticd import defaults
 from elasticd.errors import LaunchError
 from elasticd.launch.base import (
     ExitCallback,
     HostsGoneCallback,
     LaunchRequest,
+    call_back,
     job_environment,
     output_paths,
     write_hostfile,
@@ -117,6 +119,9 @@ class _HostLink:
         self.up = False
         self.last_heard = 0.0
         self.orphans: dict[str, int] = {}  # token -> pgid of processes lost with the node
+        # Processes of an earlier run may be left here and could not be verified gone: the
+        # node is not used until a sweep succeeds.
+        self.needs_sweep = False
         self.retry_task: asyncio.Task[None] | None = None
 
     # ---- executor thread ----------------------------------------------------------------
@@ -252,10 +257,14 @@ class SSHLauncher:
         on_hosts_gone: HostsGoneCallback,
         on_host_down: HostDownCallback,
         on_host_up: HostUpCallback,
-        kill_wait: float = 5.0,
+        kill_wait: float = defaults.KILL_WAIT,
         options: SSHOptions | None = None,
+        tag: str = "",
     ) -> None:
         self.on_exit = on_exit
+        # What every job process carries (ELASTIC_TAG=tag/job/host) to be found on its node
+        # after a daemon restart, when nothing else tracks it (elasticd.launch.contain).
+        self.tag = tag
         self.on_hosts_gone = on_hosts_gone
         self.on_host_down = on_host_down
         self.on_host_up = on_host_up
@@ -367,6 +376,8 @@ class SSHLauncher:
         self._seq += 1
         token = f"{req.job_id}.{self._seq}"
         env = {k: v for k, v in job_environment(req, host, index, hostfile).items() if k not in _NOT_FORWARDED}
+        if self.tag:
+            env["ELASTIC_TAG"] = f"{self.tag}/{req.job_id}/{host}"
         payload = json.dumps({
             "argv": list(req.spec.command), "cwd": str(workdir), "env": env, "out": str(out),
             "err": str(err), "status_dir": self._links[host].status_dir, "token": token,
@@ -401,7 +412,7 @@ class SSHLauncher:
             for p in procs:
                 job.procs.pop(p.host, None)
                 self._tokens.pop(p.token, None)
-        await _call(self.on_hosts_gone, job_id, list(hosts))
+        await call_back(self.on_hosts_gone, job_id, list(hosts))
         if job is not None:
             self._maybe_done(job)
 
@@ -469,7 +480,7 @@ class SSHLauncher:
         for p in procs:
             self._tokens.pop(p.token, None)
         code, sig = _job_exit([p for p in procs if not p.released])
-        await _call(self.on_exit, job.job_id, code, sig)
+        await call_back(self.on_exit, job.job_id, code, sig)
 
     # ---- node health --------------------------------------------------------------------
     async def _connect(self, host: str) -> None:
@@ -545,6 +556,9 @@ class SSHLauncher:
         if self._closing or (not link.up and link.retry_task is not None):
             return
         link.up = False
+        # Whatever ran there may run on unseen: swept (if this daemon tags its jobs) before
+        # the node is used again.
+        link.needs_sweep = link.needs_sweep or bool(self.tag)
         log.warning("node %s down: %s", host, why)
         loop = asyncio.get_running_loop()
         loop.run_in_executor(None, link.abort)
@@ -567,6 +581,9 @@ class SSHLauncher:
                 await self._in_thread(host, link.connect)
             except (HostUnreachable, RemoteError) as exc:
                 log.debug("node %s still unreachable: %s", host, exc)
+                continue
+            if link.needs_sweep and not await self._sweep(host):
+                link.abort()
                 continue
             if link.orphans:
                 # The processes of jobs lost with the node may have run on meanwhile.
@@ -591,11 +608,54 @@ class SSHLauncher:
             self.on_host_up(host)
             return
 
+    # ---- leftovers of an earlier run ------------------------------------------------------
+    async def end_strays(self, running: set[int]) -> dict[int, int]:
+        """End, on every reachable node, the processes of jobs this daemon does not run (the
+        jobs of a daemon that was killed, which an SSH launcher cannot take over), verified
+        gone before the node is used again; a node where that fails is marked down and
+        swept again when it is retried. How many were ended, per job."""
+        if not self.tag:
+            return {}
+        keep = sorted(running | set(self._jobs))
+        hosts = [h for h, link in self._links.items() if link.up]
+        results = await asyncio.gather(*(self._sweep(h, keep) for h in hosts))
+        ended: dict[int, int] = {}
+        for counts in results:
+            for job, n in (counts or {}).items():
+                ended[job] = ended.get(job, 0) + n
+        return ended
+
+    async def _sweep(self, host: str, keep: list[int] | None = None) -> dict[int, int] | None:
+        """Sweep one node; None (and the node down) when it cannot be verified clean."""
+        link = self._links[host]
+        ids = [str(j) for j in (keep if keep is not None else sorted(self._jobs))]
+        try:
+            lines = await self._call(host, "sweep", [self.tag, host, f"{self.kill_wait:g}", *ids],
+                                     timeout=self.kill_wait + 5 + self.options.call_timeout)
+        except (HostUnreachable, RemoteError) as exc:
+            why = f"cannot verify that the processes of lost jobs are gone: {exc}"
+        else:
+            if lines and lines[-1] == "gone":
+                link.needs_sweep = False
+                counts = {int(w[1]): int(w[2]) for w in (ln.split() for ln in lines[:-1]) if w[0] == "ended"}
+                if counts:
+                    log.warning("node %s: ended the processes of lost jobs %s", host, counts)
+                return counts
+            why = f"processes of lost jobs survive SIGKILL: {lines[-1] if lines else 'no answer'}"
+        link.needs_sweep = True
+        if link.up:
+            self._host_failed(host, why)
+        else:
+            log.warning("node %s stays down: %s", host, why)
+        return None
+
     # ---- plumbing -----------------------------------------------------------------------
     async def _call(self, host: str, role: str, args: list[str], stdin: bytes = b"",
                     timeout: float | None = None) -> list[str]:
         link = self._links[host]
-        return await self._in_thread(host, link.exec, role, args, stdin, timeout or self.options.call_timeout)
+        lines: list[str] = await self._in_thread(host, link.exec, role, args, stdin,
+                                                 timeout or self.options.call_timeout)
+        return lines
 
     async def _in_thread(self, host: str, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -604,7 +664,7 @@ class SSHLauncher:
         except RuntimeError as exc:  # executor shut down: the launcher is closing
             raise HostUnreachable(str(exc)) from None
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -613,12 +673,6 @@ class SSHLauncher:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("ssh launcher task failed", exc_info=task.exception())
-
-
-async def _call(cb, *args) -> None:
-    result = cb(*args)
-    if asyncio.iscoroutine(result):
-        await result
 
 
 def _job_exit(procs: list[_RemoteProc]) -> tuple[int, int]:

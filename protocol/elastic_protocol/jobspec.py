@@ -6,8 +6,9 @@ Validated the same way by esubmit (to answer before anything is sent) and by the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -55,7 +56,7 @@ class NodeRange(BaseModel):
     preferred: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = None
 
     @model_validator(mode="after")
-    def _ordered(self) -> "NodeRange":
+    def _ordered(self) -> NodeRange:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
         if self.preferred is not None and not self.min <= self.preferred <= self.max:
@@ -66,7 +67,7 @@ class NodeRange(BaseModel):
 
 
 def _nodes_form(v: object) -> str | None:
-    if isinstance(v, dict) or isinstance(v, NodeRange):
+    if isinstance(v, (dict, NodeRange)):
         return "range"
     if isinstance(v, int) and not isinstance(v, bool):
         return "count"
@@ -181,6 +182,9 @@ class JobSpec(BaseModel):
     evolution: Annotated[list[EvolutionStep], Field(min_length=1, max_length=MAX_EVOLUTION_STEPS)] | None = None
     # "host": the command runs once per host (like srun); "mpi": once per job, under mpirun.
     launcher: Literal["host", "mpi"] = "host"
+    # The Python interpreter whose directory goes first on the job's PATH (default: the one
+    # the daemon runs, whose environment has elastic_apps).
+    python: Annotated[OsStr, Field(min_length=1, pattern=r"^/")] | None = None
     mpi: MpiSettings | None = None
 
     @field_validator("name")
@@ -198,12 +202,10 @@ class JobSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _kind_fits_nodes(self) -> "JobSpec":
-        if self.resolved_kind is JobKind.RIGID and isinstance(self.nodes, NodeRange):
-            if self.nodes.min != self.nodes.max:
-                raise ValueError(
-                    "nodes: a rigid job needs a fixed node count (nodes = N, or min == max)"
-                )
+    def _kind_fits_nodes(self) -> JobSpec:
+        if (self.resolved_kind is JobKind.RIGID and isinstance(self.nodes, NodeRange)
+                and self.nodes.min != self.nodes.max):
+            raise ValueError("nodes: a rigid job needs a fixed node count (nodes = N, or min == max)")
         if self.evolution is not None:
             self._check_evolution(self.evolution)
         if self.mpi is not None and self.launcher != "mpi":
@@ -258,9 +260,9 @@ class JobSpec(BaseModel):
         return None if self.time_limit is None else parse_time_limit(self.time_limit)
 
 
-def format_validation_errors(errors: list[dict], drop_prefix: tuple[str | int, ...] = ()) -> list[str]:
+def format_validation_errors(errors: Sequence[Mapping[str, Any]], drop_prefix: tuple[str | int, ...] = ()) -> list[str]:
     """One line per problem, naming the field by its dotted path, as users read job files."""
-    lines = []
+    lines: list[str] = []
     for err in errors:
         loc = list(err.get("loc", ()))
         if drop_prefix and tuple(loc[: len(drop_prefix)]) == drop_prefix:
@@ -268,7 +270,7 @@ def format_validation_errors(errors: list[dict], drop_prefix: tuple[str | int, .
         # Pydantic names union branches ("int", "NodeRange"); users know only field names.
         loc = [p for p in loc if p not in _UNION_TAGS and not _is_branch_name(p)]
         where = ".".join(str(p) for p in loc) or "(file)"
-        msg = err.get("msg", "invalid")
+        msg = str(err.get("msg", "invalid"))
         if err.get("type") == "extra_forbidden":
             msg = "unknown field"
         elif err.get("type") == "missing":
