@@ -25,9 +25,8 @@ import psutil
 
 from elastic_protocol.control import Queue, Stop, Submit
 from elastic_protocol.jobspec import JobSpec
-
-from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
 
 

@@ -29,13 +29,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from elastic_protocol.control import Cancel, Resize, Submit
-from elastic_protocol.jobspec import JobSpec
-
 from _harness import BenchDaemon, bench_daemon, events, gaps, stop_daemon, verdict, wait_event
 from _harness import synthetic_spec as synthetic
-from elasticd.daemonctl import start_detached
+
+from elastic_protocol.control import Cancel, Resize, Submit
+from elastic_protocol.jobspec import JobSpec
 from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
 from elasticd.statedir import DaemonRecord, pid_alive, read_record
 
 ROOT = Path(__file__).resolve().parent.parent

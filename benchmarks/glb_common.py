@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
 from elastic_protocol.control import Queue, Submit, Wait
 from elastic_protocol.jobspec import JobSpec
-
 from elasticd.client import ControlClient
 
 

@@ -24,8 +24,6 @@ import time
 from typing import Any
 
 from _harness import bench_daemon, verdict
-from elastic_apps.glb.apps.uts import REFERENCE_TREES
-from elastic_protocol.control import Resize
 from glb_common import (
     OtherLoad,
     final_output,
@@ -37,6 +35,9 @@ from glb_common import (
     wait_for_quiet_cpu,
     wall_time,
 )
+
+from elastic_apps.glb.apps.uts import REFERENCE_TREES
+from elastic_protocol.control import Resize
 
 
 def main() -> int:

@@ -32,7 +32,6 @@ import sys
 import time
 
 from _harness import bench_daemon, verdict
-from elastic_protocol.control import Cancel, Resize
 from glb_common import (
     event_gaps,
     job_info,
@@ -42,6 +41,8 @@ from glb_common import (
     wait_end,
     wait_event,
 )
+
+from elastic_protocol.control import Cancel, Resize
 
 
 def p50(xs: list[float]) -> float:

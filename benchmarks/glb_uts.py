@@ -26,8 +26,6 @@ import statistics
 import sys
 
 from _harness import bench_daemon, verdict
-from elastic_apps.glb import run_sequential
-from elastic_apps.glb.apps.uts import Tree, UTSProblem
 from glb_common import (
     OtherLoad,
     final_output,
@@ -39,6 +37,9 @@ from glb_common import (
     wait_for_quiet_cpu,
     wall_time,
 )
+
+from elastic_apps.glb import run_sequential
+from elastic_apps.glb.apps.uts import Tree, UTSProblem
 
 
 def main() -> int:

@@ -20,7 +20,6 @@ import sys
 import time
 
 import psutil
-
 from _harness import bench_daemon, sleep_spec, submit, verdict, wait_running
 
 TARGET_PERCENT = 1.0

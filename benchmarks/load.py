@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 from _harness import BenchDaemon, bench_daemon, submit, timed_requests, verdict
+
 from elastic_protocol.control import Queue, Status, Submit
 from elastic_protocol.jobspec import JobSpec
 
@@ -45,7 +46,7 @@ PING_P99_TARGET = 0.5  # seconds, every application at once
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 class Sampler(threading.Thread):
@@ -82,8 +83,8 @@ def mib(n: int) -> str:
 
 def app_spec(i: int, work: Path) -> JobSpec:
     return JobSpec(name=f"app{i}", nodes=1, working_dir=str(work), output="out/%j.out",
-                   command=["sh", "-c", 'printf %s "$ELASTIC_JOB_SECRET" > secrets/$ELASTIC_JOB_ID.tmp && '
-                            "mv secrets/$ELASTIC_JOB_ID.tmp secrets/$ELASTIC_JOB_ID; exec sleep 100000"])
+                   command=["sh", "-c", ('printf %s "$ELASTIC_JOB_SECRET" > secrets/$ELASTIC_JOB_ID.tmp && '
+                            "mv secrets/$ELASTIC_JOB_ID.tmp secrets/$ELASTIC_JOB_ID; exec sleep 100000")])
 
 
 def queued_spec(i: int, rng: random.Random, work: Path) -> JobSpec:

@@ -22,11 +22,11 @@ import statistics
 import sys
 import textwrap
 
-from elastic_protocol.control import Cancel, Resize, Submit
-from elastic_protocol.jobspec import JobSpec
-
 from _harness import bench_daemon, events, gaps, verdict, wait_event
 from _harness import synthetic_spec as synthetic
+
+from elastic_protocol.control import Cancel, Resize, Submit
+from elastic_protocol.jobspec import JobSpec
 
 REFUSER = textwrap.dedent('''
     import time
@@ -54,7 +54,7 @@ REFUSER = textwrap.dedent('''
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def line(label: str, xs: list[float], target: float | None, seed: float | None) -> None:

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from _harness import bench_daemon, events, gaps, stop_daemon, submit, wait_event
+
 from elastic_protocol.control import Cancel, Resize, Wait
 from elastic_protocol.jobspec import JobSpec
-
-from elasticd.daemonctl import start_detached
 from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
 
 
 def jacobi_spec(mode: str, lo: int, hi: int, rpn: int, work: Path, cluster: bool) -> JobSpec:

@@ -30,7 +30,6 @@ import sys
 import time
 
 from elastic_protocol.jobspec import JobKind, PerfModel
-
 from elasticd.policies import POLICIES, make_policy
 from elasticd.policies.base import PendingView, RunningView, Snapshot
 

@@ -21,15 +21,15 @@ import re
 import signal
 import sys
 import time
-import psutil
 
+import psutil
 from _harness import bench_daemon, sleep_spec, stop_daemon, submit, verdict, wait_running
-from elastic_protocol.control import Queue, Status
 from submit_throughput import TARGET as SUBMIT_TARGET
 from submit_throughput import bench_persistent
 
-from elasticd.daemonctl import start_detached
+from elastic_protocol.control import Queue, Status
 from elasticd.client import ControlClient
+from elasticd.daemonctl import start_detached
 
 TARGET_S = 5.0
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _harness import BenchDaemon, bench_daemon, sleep_spec, submit, timed_requests, verdict, wait_running
-from elastic_protocol.control import Status, Submit
 
+from elastic_protocol.control import Status, Submit
 from elasticd.client import ControlClient
 
 TARGET = 500.0  # submissions per second

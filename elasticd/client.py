@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,7 +30,7 @@ class ControlClient:
         self.server_info = self.request(Hello(version=PROTOCOL_VERSION, secret=record.secret, client=client_name))
 
     @classmethod
-    def connect(cls, state_dir: Path | None = None, client_name: str = "elastic-client") -> "ControlClient":
+    def connect(cls, state_dir: Path | None = None, client_name: str = "elastic-client") -> ControlClient:
         return cls(running_daemon(state_dir or default_state_dir()), client_name)
 
     def request(self, req: BaseModel, timeout: float | None = 30.0) -> dict[str, Any]:
@@ -63,7 +63,7 @@ class ControlClient:
     def close(self) -> None:
         self._io.close()
 
-    def __enter__(self) -> "ControlClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

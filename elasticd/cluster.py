@@ -195,7 +195,8 @@ def _ssh_config_hostname(path: Path, host: str) -> str | None:
     import paramiko
 
     try:
-        return paramiko.SSHConfig.from_path(str(path)).lookup(host).get("hostname")
+        name = paramiko.SSHConfig.from_path(str(path)).lookup(host).get("hostname")
+        return str(name) if name else None
     except (OSError, paramiko.SSHException, ValueError) as exc:
         log.debug("cannot read %s: %s", path, exc)
         return None

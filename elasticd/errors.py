@@ -1,5 +1,7 @@
 """One root exception for the daemon package; the control channel maps `code` onto the wire."""
 
+from __future__ import annotations
+
 
 class ElasticError(Exception):
     code = "error"
@@ -121,3 +123,17 @@ class StateWriteError(JournalError):
     read-only, file too large): the change was not made, and the caller is told."""
 
     code = "state_write_failed"
+
+
+class MissingExtra(ElasticError):
+    """An optional part of the package is asked for but not installed (`pip install 'elastic-hpc[EXTRA]'`)."""
+
+    code = "missing_extra"
+
+    def __init__(self, what: str, extra: str, module: str) -> None:
+        super().__init__(f"{what} needs {module}, which comes with an optional extra: "
+                         f"pip install 'elastic-hpc[{extra}]'")
+        self.what, self.extra, self.module = what, extra, module
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str]]:
+        return (MissingExtra, (self.what, self.extra, self.module))

@@ -24,8 +24,8 @@ def load_job_file(path: Path, submit_dir: Path | None = None) -> JobSpec:
     try:
         size = path.stat().st_size
         if size > MAX_JOB_FILE_BYTES:
-            raise JobFileError(str(path), [f"{size} bytes, more than a job file may hold ({MAX_JOB_FILE_BYTES // 1024} "
-                                           "KiB): put data in files the job reads, not in the job file"])
+            raise JobFileError(str(path), [(f"{size} bytes, more than a job file may hold ({MAX_JOB_FILE_BYTES // 1024} "
+                                           "KiB): put data in files the job reads, not in the job file")])
         raw = path.read_bytes()
     except OSError as exc:
         raise JobFileError(str(path), [f"cannot read file: {exc.strerror}"]) from None

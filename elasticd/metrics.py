@@ -6,6 +6,7 @@ dominate the mean.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -117,7 +118,7 @@ def busy_node_seconds(records: list[SizedRecord], t0: float, t1: float) -> float
     total = 0.0
     for r in records:
         pts = r.sizes
-        for (ta, n), (tb, _) in zip(pts, pts[1:]):
+        for (ta, n), (tb, _) in itertools.pairwise(pts):
             lo, hi = max(ta, t0), min(tb, t1)
             if hi > lo:
                 total += n * (hi - lo)

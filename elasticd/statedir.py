@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from elasticd import defaults
 from elasticd.errors import DaemonNotRunning, InsecureSecret
 
 DAEMON_FILE = "daemon.json"
@@ -58,7 +59,7 @@ class DaemonRecord:
     secret: str
     version: str
     started_at: float
-    kill_wait: float = 5.0  # what `elasticd stop` waits on: kill-wait + 5 s at most
+    kill_wait: float = defaults.KILL_WAIT  # what `elasticd stop` waits on: kill-wait + 5 s at most
 
     @property
     def control_address(self) -> str:

@@ -178,7 +178,7 @@ def test_application_channel_refuses_a_wrong_job_secret(daemon: RunningDaemon, k
 def test_tool_without_a_daemon_says_so_and_how_to_start_one(tmp_path: Path, tool: list[str]) -> None:
     (tmp_path / "x.toml").write_text('name = "x"\ncommand = ["true"]\nnodes = 1\n')
     env = {**os.environ, "ELASTIC_STATE_DIR": str(tmp_path / "nostate")}
-    r = subprocess.run([str(BIN / tool[0]), *tool[1:]], capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)
+    r = subprocess.run([str(BIN / tool[0]), *tool[1:]], check=False, capture_output=True, text=True, env=env, timeout=30, cwd=tmp_path)
     assert r.returncode == 1
     assert "no elastic daemon is running" in r.stderr
     assert "elasticd start --local N" in r.stderr
@@ -192,9 +192,8 @@ def test_second_daemon_on_the_same_state_directory_is_refused(daemon: RunningDae
 
 
 def test_client_error_is_a_typed_daemon_error(daemon: RunningDaemon) -> None:
-    with daemon.client() as c:
-        with pytest.raises(DaemonError) as info:
-            c.request(Queue(job_ids=[12345]))
+    with daemon.client() as c, pytest.raises(DaemonError) as info:
+        c.request(Queue(job_ids=[12345]))
     assert info.value.code == "unknown_job"
 
 

@@ -165,7 +165,7 @@ def test_registered_malleable_job_goes_on_without_the_node() -> None:
     jid = _start(core, JobSpec(name="m", command=["true"], nodes={"min": 1, "max": 4}, kind="malleable"))
     core.handle(Registered(0.5, jid))
     assert core.handle(NodeDown(1.0, "node3")) == [Reclaim(jid, ("node3",), 0.0)]
-    core.handle(HostsGone(1.1, jid, tuple(["node3"])))
+    core.handle(HostsGone(1.1, jid, ("node3",)))
     job = core.job(jid)
     assert job.state is JobState.RUNNING and job.hosts == ["node1", "node2", "node4"]
     assert core.nodes.free_count == 0 and core.nodes.state_of("node3").value == "down"
@@ -194,7 +194,7 @@ def test_failed_node_of_an_open_grow_drops_the_order() -> None:
     core.handle(ResizeRequested(1.0, jid, 3))
     assert core.job(jid).order.new_hosts == ("node1", "node2")
     assert core.handle(NodeDown(1.5, "node2")) == [Reclaim(jid, ("node1", "node2"), 0.0)]
-    core.handle(HostsGone(1.6, jid, tuple(["node1", "node2"])))
+    core.handle(HostsGone(1.6, jid, ("node1", "node2")))
     job = core.job(jid)
     assert job.hosts == ["node3"] and job.order is None and job.state is JobState.RUNNING
     assert core.nodes.free_hosts() == ["node1"]

@@ -374,7 +374,7 @@ def test_launch_failure_fails_the_job_and_frees_its_nodes_for_the_next_one() -> 
     job = core.job(jid)
     assert job.state is JobState.FAILED
     assert job.reason == "launch failed: no route to n2"
-    assert job.end_time == 0.5 and job.exit_text is None
+    assert job.end_time == 0.5 and job.exit_text == "1:0"  # a launch failure exits 1 (127: no command)
     assert job.hosts == [] and owned_by(core, jid) == []
     assert core.active_ids == [] and core.nodes.free_count == 4
     assert core.handle(PassDue(0.5)) == [Launch(waiting, ("n1", "n2", "n3", "n4"))]

@@ -5,6 +5,8 @@ agree after every step."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,4 +125,4 @@ def test_releasing_a_node_the_job_does_not_hold_is_refused_and_changes_nothing()
 def test_runs_cover_exactly_the_indices_in_maximal_consecutive_stretches(idx: set[int]) -> None:
     runs = _runs(sorted(idx))
     assert [i for s, e in runs for i in range(s, e)] == sorted(idx)
-    assert all(e < s2 for (_, e), (s2, _) in zip(runs, runs[1:]))  # maximal: a gap between runs
+    assert all(e < s2 for (_, e), (s2, _) in itertools.pairwise(runs))  # maximal: a gap between runs

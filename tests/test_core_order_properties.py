@@ -321,12 +321,12 @@ class OrderSim:
         job = core.jobs[jid]
         if not job.state.holds_nodes:
             free = core.nodes.free_count
-            core.handle(HostsGone(t, jid, tuple(list(hosts))))
+            core.handle(HostsGone(t, jid, tuple(hosts)))
             assert core.nodes.free_count == free, "a late report frees nothing"
             return
         mine = [h for h in hosts if h in job.leaving]
         size, free = job.size, core.nodes.free_count
-        core.handle(HostsGone(t, jid, tuple(list(hosts))))
+        core.handle(HostsGone(t, jid, tuple(hosts)))
         assert job.size == size - len(mine) and core.nodes.free_count == free + len(mine)
         assert all(core.nodes.owner[h] is None for h in mine)
 
@@ -358,9 +358,9 @@ class OrderSim:
                 if answer != "shrunk_or_grown":
                     core.handle(OrderRefused(t, jid, order_id, "late"))
                 elif self.order_kinds[order_id] == "shrink":
-                    core.handle(ShrinkAnswered(t, jid, order_id, tuple(list(job.hosts[:1]))))
+                    core.handle(ShrinkAnswered(t, jid, order_id, tuple(job.hosts[:1])))
                 else:
-                    core.handle(GrowAnswered(t, jid, order_id, tuple(list(job.hosts))))
+                    core.handle(GrowAnswered(t, jid, order_id, tuple(job.hosts)))
             assert exc.value.code == "unknown_order"
             assert (list(job.hosts), set(job.leaving), job.state, core.nodes.free_count) == before
             return

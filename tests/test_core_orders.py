@@ -223,7 +223,7 @@ def test_answered_shrink_reclaims_exactly_the_named_hosts_and_frees_them_once_go
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n3", "n1"]))) == [
+    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, ("n3", "n1"))) == [
         Reclaim(job.job_id, ("n3", "n1"), 0.0)
     ]
     # Promised back, still owned until the driver reports the processes gone.
@@ -235,7 +235,7 @@ def test_answered_shrink_reclaims_exactly_the_named_hosts_and_frees_them_once_go
     assert (view.size, view.resizing, view.malleable_ready, snap.incoming_nodes) == (2, True, False, 2)
     assert job.last_resize is None
 
-    core.handle(HostsGone(15.0, job.job_id, tuple(["n3", "n1"])))
+    core.handle(HostsGone(15.0, job.job_id, ("n3", "n1")))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n2", "n4"] and job.leaving == set()
     assert owned_by(core, job.job_id) == ["n2", "n4"]
@@ -250,15 +250,15 @@ def test_shrink_completes_only_when_the_last_reclaimed_host_is_gone() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
-    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
-    core.handle(HostsGone(12.0, job.job_id, tuple(["n2"])))
+    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, ("n1", "n2")))
+    core.handle(HostsGone(12.0, job.job_id, ("n2",)))
     assert job.state is JobState.RESIZING and job.leaving == {"n1"}
     assert job.hosts == ["n1", "n3", "n4"] and core.nodes.owner["n2"] is None
     assert job.order is not None
     # A report naming hosts that are not leaving is ignored.
-    core.handle(HostsGone(12.5, job.job_id, tuple(["n3", "n5"])))
+    core.handle(HostsGone(12.5, job.job_id, ("n3", "n5")))
     assert job.hosts == ["n1", "n3", "n4"] and job.state is JobState.RESIZING
-    core.handle(HostsGone(13.0, job.job_id, tuple(["n1"])))
+    core.handle(HostsGone(13.0, job.job_id, ("n1",)))
     assert job.state is JobState.RUNNING and job.order is None and job.hosts == ["n3", "n4"]
 
 
@@ -290,7 +290,7 @@ def test_invalid_shrink_answer_is_rejected_with_a_code_and_changes_nothing(
     assert exc.value.code == code
     assert state_of(job) == before and core.nodes.free_count == 1
     # The order is still open: a valid answer is taken afterwards.
-    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n1", "n2"]))) == [
+    assert core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, ("n1", "n2"))) == [
         Reclaim(job.job_id, ("n1", "n2"), 0.0)
     ]
 
@@ -302,10 +302,10 @@ def test_shrink_answered_as_grown_and_a_second_answer_are_unknown_orders() -> No
     with pytest.raises(OrderRejected, match="is a shrink, not a grow") as exc:
         core.handle(GrowAnswered(11.0, job.job_id, order.order_id, tuple(job.hosts)))
     assert exc.value.code == "unknown_order"
-    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n4"])))
+    core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, ("n4",)))
     before = state_of(job)
     for answer in (
-        lambda: core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, tuple(["n3"]))),
+        lambda: core.handle(ShrinkAnswered(12.0, job.job_id, order.order_id, ("n3",))),
         lambda: core.handle(OrderRefused(12.0, job.job_id, order.order_id, "too late")),
         lambda: core.handle(OrderDeferred(12.0, job.job_id, order.order_id, 5.0)),
     ):
@@ -319,7 +319,7 @@ def test_answer_from_a_job_without_any_order_is_an_unknown_order() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     with pytest.raises(OrderRejected) as exc:
-        core.handle(ShrinkAnswered(1.0, job.job_id, 1, tuple(["n1"])))
+        core.handle(ShrinkAnswered(1.0, job.job_id, 1, ("n1",)))
     assert exc.value.code == "unknown_order"
     assert job.state is JobState.RUNNING and job.leaving == set()
 
@@ -350,7 +350,7 @@ def test_snapshot_counts_an_unanswered_shrink_as_nodes_coming_back() -> None:
     # Not taken yet (the application chooses which hosts), but promised.
     assert (view.size, view.leaving, view.shrinking, view.resizing) == (4, 0, 3, True)
     assert snap.incoming_nodes == 3 and snap.free_nodes == 2
-    core.handle(ShrinkAnswered(11.0, job.job_id, 1, tuple(["n1", "n2", "n3"])))
+    core.handle(ShrinkAnswered(11.0, job.job_id, 1, ("n1", "n2", "n3")))
     snap = core.snapshot(11.0)
     (view,) = snap.running
     assert (view.size, view.leaving, view.shrinking) == (1, 3, 0)
@@ -362,7 +362,7 @@ def test_snapshot_counts_a_job_being_ended_whole_and_an_open_grow_not_at_all() -
     ending = run(core, policy, malleable(1, 6), 2)
     growing = run(core, policy, malleable(1, 6), 1)
     decide(core, policy, 1.0, Shrink(ending.job_id, 1))
-    core.handle(ShrinkAnswered(2.0, ending.job_id, 1, tuple(["n2"])))
+    core.handle(ShrinkAnswered(2.0, ending.job_id, 1, ("n2",)))
     core.handle(CancelRequested(3.0, ending.job_id))
     decide(core, policy, 3.0, Grow(growing.job_id, 2))
     snap = core.snapshot(3.0)
@@ -397,13 +397,13 @@ def test_snapshot_view_follows_every_step_of_an_order_without_reading_the_job_in
     assert view() == (2, True, False, None, 0, 0)
     decide(core, policy, 1.0, Grow(jid, 2))
     assert view() == (4, False, True, None, 0, 0)
-    core.handle(GrowAnswered(2.0, jid, 1, tuple(["n1", "n2", "n3", "n4"])))
+    core.handle(GrowAnswered(2.0, jid, 1, ("n1", "n2", "n3", "n4")))
     assert view() == (4, True, False, 2.0, 0, 0)
     decide(core, policy, 3.0, Shrink(jid, 1))
     assert view() == (4, False, True, 2.0, 0, 1)
     core.handle(OrderDeadline(33.0, jid, 2))
     assert view() == (3, False, True, 2.0, 1, 0)
-    core.handle(HostsGone(34.0, jid, tuple(["n4"])))
+    core.handle(HostsGone(34.0, jid, ("n4",)))
     assert view() == (3, True, False, 34.0, 0, 0)
     core.handle(Unregistered(35.0, jid))
     assert view() == (3, False, False, 34.0, 0, 0)
@@ -454,12 +454,12 @@ def test_grown_answer_naming_all_hosts_in_any_order_completes_the_grow() -> None
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
     with pytest.raises(OrderRejected, match="is a grow, not a shrink") as exc:
-        core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+        core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, ("n1", "n2")))
     assert exc.value.code == "unknown_order"
     with pytest.raises(OrderRejected) as exc:
-        core.handle(GrowAnswered(11.0, job.job_id, order.order_id + 1, tuple(["n1", "n2", "n3", "n4"])))
+        core.handle(GrowAnswered(11.0, job.job_id, order.order_id + 1, ("n1", "n2", "n3", "n4")))
     assert exc.value.code == "unknown_order"
-    core.handle(GrowAnswered(12.0, job.job_id, order.order_id, tuple(["n4", "n1", "n3", "n2"])))
+    core.handle(GrowAnswered(12.0, job.job_id, order.order_id, ("n4", "n1", "n3", "n2")))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2", "n3", "n4"] and job.last_resize == 12.0
     assert events(job)[-1] == "grown"
@@ -482,7 +482,7 @@ def test_refused_grow_reclaims_the_new_hosts_which_return_to_the_pool_once_gone(
     assert (snap.running[0].size, snap.incoming_nodes) == (2, 3)
     with pytest.raises(OrderRejected):
         core.handle(GrowAnswered(11.5, job.job_id, order.order_id, tuple(job.hosts)))  # settled: too late
-    core.handle(HostsGone(13.0, job.job_id, tuple(["n3", "n4", "n5"])))
+    core.handle(HostsGone(13.0, job.job_id, ("n3", "n4", "n5")))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2"] and core.nodes.free_hosts() == ["n3", "n4", "n5", "n6"]
     assert job.last_resize is None  # nothing was resized
@@ -517,7 +517,7 @@ def test_deferred_grow_gives_the_new_hosts_back_and_blocks_orders_until_then() -
     assert core.handle(OrderDeferred(11.0, job.job_id, order.order_id, 5.0)) == [
         Reclaim(job.job_id, ("n3", "n4"), 0.0)
     ]
-    core.handle(HostsGone(12.0, job.job_id, tuple(["n3", "n4"])))
+    core.handle(HostsGone(12.0, job.job_id, ("n3", "n4")))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"]
     assert not core.can_take_order(job, 15.9) and core.can_take_order(job, 16.0)
 
@@ -537,10 +537,10 @@ def test_missed_shrink_deadline_makes_the_daemon_end_the_job_on_its_last_hosts()
     assert events(job)[-1] == "deadline_missed"
     # A late answer is refused; a second deadline report does nothing.
     with pytest.raises(OrderRejected) as exc:
-        core.handle(ShrinkAnswered(41.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+        core.handle(ShrinkAnswered(41.0, job.job_id, order.order_id, ("n1", "n2")))
     assert exc.value.code == "unknown_order"
     assert core.handle(OrderDeadline(41.0, job.job_id, order.order_id)) == []
-    core.handle(HostsGone(42.0, job.job_id, tuple(["n4", "n5"])))
+    core.handle(HostsGone(42.0, job.job_id, ("n4", "n5")))
     assert job.state is JobState.RUNNING and job.order is None
     assert job.hosts == ["n1", "n2", "n3"] and job.last_resize == 42.0
     assert job.events[-1].event == "shrunk" and "deadline missed" in (job.events[-1].detail or "")
@@ -570,7 +570,7 @@ def test_missed_grow_deadline_reclaims_the_new_hosts() -> None:
     assert job.state is JobState.RESIZING and events(job)[-1] == "deadline_missed"
     with pytest.raises(OrderRejected):
         core.handle(GrowAnswered(41.0, job.job_id, order.order_id, tuple(job.hosts)))
-    core.handle(HostsGone(42.0, job.job_id, tuple(["n3", "n4"])))
+    core.handle(HostsGone(42.0, job.job_id, ("n3", "n4")))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"]
     assert core.nodes.free_count == 4 and job.last_resize is None
 
@@ -603,7 +603,7 @@ def test_undeliverable_grow_reclaims_the_hosts_started_for_it() -> None:
     job = run(core, policy, malleable(1, 6), 2)
     order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 1)))
     assert core.handle(OrderUndeliverable(10.5, job.job_id, order.order_id)) == [Reclaim(job.job_id, ("n3",), 0.0)]
-    core.handle(HostsGone(11.0, job.job_id, tuple(["n3"])))
+    core.handle(HostsGone(11.0, job.job_id, ("n3",)))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"] and core.nodes.free_count == 4
 
 
@@ -621,19 +621,19 @@ def test_job_exiting_during_an_order_drops_it_and_frees_all_its_nodes(stage: str
     else:
         order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
         if stage == "answered":
-            core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+            core.handle(ShrinkAnswered(11.0, job.job_id, order.order_id, ("n1", "n2")))
     core.handle(Exited(12.0, job.job_id, 0, 0))
     assert job.state is JobState.COMPLETED and job.order is None and job.leaving == set()
     assert job.hosts == [] and core.nodes.free_count == 6 and core.active_ids == []
     assert "order_dropped" in events(job)
     # Whatever arrives late for the order is harmless.
     with pytest.raises(OrderRejected):
-        core.handle(ShrinkAnswered(13.0, job.job_id, order.order_id, tuple(["n1", "n2"])))
+        core.handle(ShrinkAnswered(13.0, job.job_id, order.order_id, ("n1", "n2")))
     with pytest.raises(OrderRejected):
         core.handle(OrderRefused(13.0, job.job_id, order.order_id))
     assert core.handle(OrderDeadline(40.0, job.job_id, order.order_id)) == []
     assert core.handle(OrderUndeliverable(40.0, job.job_id, order.order_id)) == []
-    core.handle(HostsGone(14.0, job.job_id, tuple(["n1", "n2", "n4"])))
+    core.handle(HostsGone(14.0, job.job_id, ("n1", "n2", "n4")))
     assert core.nodes.free_count == 6 and job.node_seconds == job.node_seconds_at(100.0)
 
 
@@ -686,7 +686,7 @@ def test_only_evolving_jobs_may_request_or_release_nodes() -> None:
         core.handle(NodesRequested(1.0, job.job_id, 1))
     assert exc.value.code == "bad_request"
     with pytest.raises(OrderRejected, match="only evolving jobs release nodes") as exc:
-        core.handle(HostsReleased(1.0, job.job_id, tuple(["n1"])))
+        core.handle(HostsReleased(1.0, job.job_id, ("n1",)))
     assert exc.value.code == "bad_request"
     assert job.requested == 0 and job.leaving == set()
 
@@ -707,7 +707,7 @@ def test_evolving_request_is_bounded_by_the_jobs_maximum() -> None:
 def test_evolving_request_room_does_not_count_hosts_being_released() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(1, 4), 4)
-    core.handle(HostsReleased(1.0, job.job_id, tuple(["n4", "n3"])))
+    core.handle(HostsReleased(1.0, job.job_id, ("n4", "n3")))
     core.handle(NodesRequested(1.5, job.job_id, 2))  # 4 held, 2 of them leaving: room for 2
     assert job.requested == 2
 
@@ -735,11 +735,11 @@ def test_evolving_request_is_granted_by_the_policy_whole_when_enough_nodes_are_f
 def test_evolving_release_reclaims_named_hosts_and_frees_them_once_gone() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(2, 6), 4)
-    assert core.handle(HostsReleased(5.0, job.job_id, tuple(["n2", "n4"]))) == [Reclaim(job.job_id, ("n2", "n4"), 0.0)]
+    assert core.handle(HostsReleased(5.0, job.job_id, ("n2", "n4"))) == [Reclaim(job.job_id, ("n2", "n4"), 0.0)]
     assert job.state is JobState.RUNNING and job.leaving == {"n2", "n4"}
     assert not core.can_take_order(job, 5.0)
     assert core.snapshot(5.0).incoming_nodes == 2
-    core.handle(HostsGone(6.0, job.job_id, tuple(["n2", "n4"])))
+    core.handle(HostsGone(6.0, job.job_id, ("n2", "n4")))
     assert job.hosts == ["n1", "n3"] and job.leaving == set() and job.last_resize == 6.0
     assert events(job)[-1] == "released"
     assert core.nodes.free_hosts() == ["n2", "n4", "n5", "n6"]
@@ -767,12 +767,12 @@ def test_evolving_release_that_is_invalid_is_rejected_and_changes_nothing(hosts:
 def test_evolving_release_counts_hosts_already_leaving_against_the_minimum() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(2, 6), 4)
-    core.handle(HostsReleased(5.0, job.job_id, tuple(["n4"])))
+    core.handle(HostsReleased(5.0, job.job_id, ("n4",)))
     with pytest.raises(OrderRejected, match="not hosts of job"):
-        core.handle(HostsReleased(5.5, job.job_id, tuple(["n4"])))  # already leaving
+        core.handle(HostsReleased(5.5, job.job_id, ("n4",)))  # already leaving
     with pytest.raises(OrderRejected, match="may not go below 2 nodes"):
-        core.handle(HostsReleased(5.5, job.job_id, tuple(["n2", "n3"])))
-    assert core.handle(HostsReleased(5.5, job.job_id, tuple(["n3"]))) == [Reclaim(job.job_id, ("n3",), 0.0)]
+        core.handle(HostsReleased(5.5, job.job_id, ("n2", "n3")))
+    assert core.handle(HostsReleased(5.5, job.job_id, ("n3",))) == [Reclaim(job.job_id, ("n3",), 0.0)]
 
 
 def test_evolving_release_while_an_order_is_open_is_refused_as_busy() -> None:
@@ -780,7 +780,7 @@ def test_evolving_release_while_an_order_is_open_is_refused_as_busy() -> None:
     job = run(core, policy, evolving(1, 6), 3)
     decide(core, policy, 1.0, Shrink(job.job_id, 1))
     with pytest.raises(OrderRejected, match="answer it first") as exc:
-        core.handle(HostsReleased(2.0, job.job_id, tuple(["n3"])))
+        core.handle(HostsReleased(2.0, job.job_id, ("n3",)))
     assert exc.value.code == "busy" and job.leaving == set()
 
 
@@ -888,9 +888,9 @@ def test_node_seconds_count_each_size_for_exactly_as_long_as_the_nodes_are_held(
     core.handle(GrowAnswered(25.0, job.job_id, 1, tuple(job.hosts)))
     assert job.node_seconds_at(30.0) == 2 * 10 + 4 * 10
     decide(core, policy, 40.0, Shrink(job.job_id, 3))
-    core.handle(ShrinkAnswered(45.0, job.job_id, 2, tuple(["n1", "n2", "n3"])))  # still held until gone
-    core.handle(HostsGone(50.0, job.job_id, tuple(["n1", "n3"])))
-    core.handle(HostsGone(55.0, job.job_id, tuple(["n2"])))
+    core.handle(ShrinkAnswered(45.0, job.job_id, 2, ("n1", "n2", "n3")))  # still held until gone
+    core.handle(HostsGone(50.0, job.job_id, ("n1", "n3")))
+    core.handle(HostsGone(55.0, job.job_id, ("n2",)))
     assert job.size == 1
     core.handle(Exited(100.0, job.job_id, 0, 0))
     assert job.node_seconds == 2 * (20 - 10) + 4 * (50 - 20) + 2 * (55 - 50) + 1 * (100 - 55)
@@ -902,7 +902,7 @@ def test_node_seconds_charge_the_hosts_of_a_refused_grow_until_they_are_gone() -
     job = run(core, policy, malleable(1, 6), 2, now=10.0)
     decide(core, policy, 20.0, Grow(job.job_id, 2))
     core.handle(OrderRefused(30.0, job.job_id, 1))
-    core.handle(HostsGone(35.0, job.job_id, tuple(["n3", "n4"])))
+    core.handle(HostsGone(35.0, job.job_id, ("n3", "n4")))
     core.handle(Exited(50.0, job.job_id, 0, 0))
     assert job.node_seconds == 2 * 10 + 4 * 15 + 2 * 15
 
@@ -911,7 +911,7 @@ def test_node_seconds_of_a_job_that_exits_while_hosts_are_leaving_count_them_unt
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4, now=0.0)
     decide(core, policy, 10.0, Shrink(job.job_id, 2))
-    core.handle(ShrinkAnswered(11.0, job.job_id, 1, tuple(["n1", "n2"])))
+    core.handle(ShrinkAnswered(11.0, job.job_id, 1, ("n1", "n2")))
     core.handle(Exited(20.0, job.job_id, 0, 0))
-    core.handle(HostsGone(25.0, job.job_id, tuple(["n1", "n2"])))  # late: the job's nodes are all free
+    core.handle(HostsGone(25.0, job.job_id, ("n1", "n2")))  # late: the job's nodes are all free
     assert job.node_seconds == 4 * 20

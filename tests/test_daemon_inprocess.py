@@ -64,7 +64,7 @@ async def test_an_unanswered_shrink_is_decided_at_its_deadline(tmp_path: Path) -
 
 
 async def test_a_burst_of_submissions_costs_one_policy_pass(tmp_path: Path) -> None:
-    async with inprocess_daemon(tmp_path / "state", nodes=2) as (d, clock, launcher):
+    async with inprocess_daemon(tmp_path / "state", nodes=2) as (d, _clock, launcher):
         ids = [d.submit(spec(f"j{i}", 1, limit="10")) for i in range(50)]
         await settle()
         d.persist()
@@ -83,7 +83,7 @@ async def test_the_periodic_pass_follows_the_clock_and_the_log_replays(tmp_path:
         a = d.submit(spec("a", 2, limit="1"))
         b = d.submit(spec("b", 1, limit="1"))
         await settle()
-        passes = lambda: sum(1 for s in read_log(state / LOG_FILE) for r in s.records  # noqa: E731
+        passes = lambda: sum(1 for s in read_log(state / LOG_FILE) for r in s.records
                              if r["event"]["type"] == "PassDue")
         d.persist()
         before = passes()

@@ -16,7 +16,7 @@ def pids_in(folder: Path, pattern: str) -> list[int]:
 
 def assert_gone(pids: list[int]) -> None:
     for pid in pids:
-        assert wait_until(lambda: not _alive(pid), 5), f"process {pid} of a finished job is still alive"
+        assert wait_until(lambda: not _alive(pid), 5), f"process {pid} of a finished job is still alive"  # noqa: B023 - called at once, in this iteration
 
 
 def _alive(pid: int) -> bool:

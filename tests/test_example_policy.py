@@ -34,7 +34,7 @@ def load_policy() -> object:
 
 def test_the_guide_shows_the_example_file_as_it_is() -> None:
     guide = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    block = re.search(r"```python\n(.*?)```", guide, re.S)
+    block = re.search(r"```python\n(.*?)```", guide, re.DOTALL)
     assert block is not None and block.group(1) == EXAMPLE.read_text()
     assert len(EXAMPLE.read_text().splitlines()) <= 30
 

@@ -27,7 +27,7 @@ def _run(policy: str, batch: str, out: Path) -> tuple[str, int, dict[str, object
     report = out / f"{policy}-{batch}.json"
     r = subprocess.run([str(BIN / "elasticd"), "run", str(EXAMPLES / batch), "--local", "4", "--policy", policy,
                         "--min-resize-interval", "2", "--timeout", "240", "--json", str(report)],
-                       capture_output=True, text=True, timeout=330, cwd=out)
+                       check=False, capture_output=True, text=True, timeout=330, cwd=out)
     doc = json.loads(report.read_text()) if report.exists() else None
     return policy, r.returncode, doc, r.stdout[-400:] + r.stderr[-400:]
 

@@ -42,8 +42,8 @@ def test_every_mistake_is_named_at_once() -> None:
     assert exc.value.problems == [
         "policy mebf-basic-spare: theta: must be a number, not 'half'",
         "policy mebf-basic-spare: gamma: must be at least 1.0, not 0.5",
-        "policy mebf-basic-spare: unknown parameter 'shre_factor' (its parameters: theta, gamma, share_factor, "
-        "spare_ratio, min_resize_interval)",
+        ("policy mebf-basic-spare: unknown parameter 'shre_factor' (its parameters: theta, gamma, share_factor, "
+        "spare_ratio, min_resize_interval)"),
         "policy mebf-basic-spare: min_resize_interval: must be a finite number, not 'inf'",
     ]
     with pytest.raises(PolicyParamError, match="compact: must be true or false, not 'maybe'"):

@@ -291,7 +291,7 @@ class PolicyMachine(RuleBasedStateMachine):
                     keep = [h for h in job.hosts if h not in job.leaving]
                     core.handle(ShrinkAnswered(self.now, jid, order.order_id, tuple(keep[-order.count :])))
                 else:
-                    core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(list(job.hosts))))
+                    core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(job.hosts)))
             if jid in self.autopilot and job.leaving:
                 core.handle(HostsGone(self.now, jid, tuple(sorted(job.leaving))))
             assert job.start_time is not None
@@ -328,10 +328,10 @@ class PolicyMachine(RuleBasedStateMachine):
         elif order.kind == "shrink":
             keep = [h for h in job.hosts if h not in job.leaving]
             hosts = data.draw(st.permutations(keep))[: order.count]
-            actions = self.core.handle(ShrinkAnswered(self.now, jid, order.order_id, tuple(list(hosts))))
+            actions = self.core.handle(ShrinkAnswered(self.now, jid, order.order_id, tuple(hosts)))
             assert [type(a) for a in actions] == [Reclaim]
         else:
-            self.core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(list(job.hosts))))
+            self.core.handle(GrowAnswered(self.now, jid, order.order_id, tuple(job.hosts)))
         self.schedule()
 
     @rule(data=st.data(), count=st.integers(-2, 4))

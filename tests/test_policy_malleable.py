@@ -361,9 +361,9 @@ def test_through_the_core_a_malleable_job_grows_shrinks_for_a_rigid_one_and_grow
     r = submit(core, rigid(3), 5.0)
     assert core.handle(PassDue(5.0)) == []  # A was resized at 2: not again before 12
     assert core.handle(PassDue(12.0)) == [SendOrder(a.job_id, 2, "shrink", 3, (), 30.0)]
-    assert core.handle(ShrinkAnswered(13.0, a.job_id, 2, tuple(["n8", "n2", "n5"]))) == [Reclaim(a.job_id, ("n8", "n2", "n5"), 0.0)]
+    assert core.handle(ShrinkAnswered(13.0, a.job_id, 2, ("n8", "n2", "n5"))) == [Reclaim(a.job_id, ("n8", "n2", "n5"), 0.0)]
     assert core.handle(PassDue(13.0)) == []  # promised back: no second shrink, nothing to start yet
-    core.handle(HostsGone(14.0, a.job_id, tuple(["n8", "n2", "n5"])))
+    core.handle(HostsGone(14.0, a.job_id, ("n8", "n2", "n5")))
     assert core.handle(PassDue(14.0)) == [Launch(r.job_id, ("n2", "n5", "n8"))]
     assert a.size == 5 and a.last_resize == 14.0
 
@@ -448,8 +448,8 @@ def test_through_the_core_idle_nodes_owed_to_a_waiting_job_are_not_given_away_du
     assert core.handle(PassDue(2.0)) == [SendOrder(a.job_id, 2, "shrink", 2, (), 30.0)]  # 1 idle + 2
     core.handle(Registered(3.0, b.job_id))
     assert core.handle(PassDue(3.0)) == []  # n6 is R's, not B's
-    core.handle(ShrinkAnswered(4.0, a.job_id, 2, tuple(["n3", "n4"])))
-    core.handle(HostsGone(5.0, a.job_id, tuple(["n3", "n4"])))
+    core.handle(ShrinkAnswered(4.0, a.job_id, 2, ("n3", "n4")))
+    core.handle(HostsGone(5.0, a.job_id, ("n3", "n4")))
     assert core.handle(PassDue(5.0)) == [Launch(r.job_id, ("n3", "n4", "n6"))]
 
 
@@ -474,6 +474,6 @@ def test_through_the_core_a_backfilled_job_does_not_take_the_node_owed_to_a_job_
     assert not [x for x in actions if isinstance(x, Launch)], f"{s.job_id} backfilled onto H's node"
     for o in [x for x in actions if isinstance(x, SendOrder)]:
         core.handle(OrderRefused(2.5, o.job_id, o.order_id, "busy"))
-    core.handle(ShrinkAnswered(3.0, a.job_id, 3, tuple(["n4"])))
-    core.handle(HostsGone(4.0, a.job_id, tuple(["n4"])))
+    core.handle(ShrinkAnswered(3.0, a.job_id, 3, ("n4",)))
+    core.handle(HostsGone(4.0, a.job_id, ("n4",)))
     assert [x for x in core.handle(PassDue(4.0)) if isinstance(x, Launch)] == [Launch(h.job_id, ("n4", "n6"))]

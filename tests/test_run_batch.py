@@ -38,7 +38,7 @@ def test_run_batch_prints_metrics_and_honours_submit_offsets(tmp_path: Path) -> 
     ''')
     out = tmp_path / "metrics.json"
     r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2", "--policy", "fcfs", "--json", str(out)],
-                       capture_output=True, text=True, timeout=60)
+                       check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "makespan" in r.stdout and "node utilization" in r.stdout and "mean bounded slowdown" in r.stdout
     doc = json.loads(out.read_text())
@@ -60,7 +60,7 @@ def test_run_batch_rejects_a_bad_file_before_starting_anything(tmp_path: Path) -
     write_job(batch, "ok", 'name = "ok"\ncommand = ["true"]\nnodes = 1\n')
     write_job(batch, "bad", 'name = "bad"\ncommand = ["true"]\nnodes = 1\ncolour = "red"\n')
     write_job(batch, "wide", 'name = "wide"\ncommand = ["true"]\nnodes = 9\n')
-    r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], check=False, capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "colour: unknown field" in r.stderr
     assert "nodes: 9 nodes requested but --local gives 2" in r.stderr
@@ -90,7 +90,7 @@ def test_run_batch_says_why_a_job_did_not_complete(tmp_path: Path) -> None:
     batch.mkdir()
     write_job(batch, "nodir", 'name = "nodir"\ncommand = ["true"]\nnodes = 1\nworking_dir = "."\noutput = "missing/%j.out"\n')
     write_job(batch, "bad", 'name = "bad"\ncommand = ["sh", "-c", "exit 4"]\nnodes = 1\nworking_dir = "."\n')
-    r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "FAILED: launch failed: cannot open output file" in r.stdout and "missing" in r.stdout
     assert "(bad) FAILED: exit 4:0" in r.stdout
@@ -105,6 +105,6 @@ def test_example_batches_are_complete_in_a_clean_checkout() -> None:
         spec = tomllib.loads(f.read_text())
         out = (f.parent / spec.get("working_dir", ".") / spec.get("output", "x")).parent
         assert out.is_dir(), f"{f}: output folder {out} is missing"
-        tracked = subprocess.run(["git", "ls-files", str(out)], cwd=root, capture_output=True, text=True)
+        tracked = subprocess.run(["git", "ls-files", str(out)], cwd=root, check=False, capture_output=True, text=True)
         if tracked.returncode == 0 and (root.parent / ".git").exists():
             assert tracked.stdout.strip(), f"{out} is not tracked by git: a fresh clone lacks it"

@@ -25,14 +25,14 @@ from elastic_apps.errors import (
 from elastic_apps.handler import MalleableHandler
 
 __all__ = [
-    "JobChannel",
-    "JobEnv",
-    "job_env",
-    "MalleableHandler",
-    "ElasticAppError",
     "ChannelClosed",
     "DaemonRefused",
+    "Defer",
+    "ElasticAppError",
+    "JobChannel",
+    "JobEnv",
+    "MalleableHandler",
     "NotInJob",
     "Refuse",
-    "Defer",
+    "job_env",
 ]

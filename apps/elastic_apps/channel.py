@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from elastic_apps.env import JobEnv, job_env
 from elastic_apps.errors import ChannelClosed, DaemonRefused, Defer, ElasticAppError, Refuse
@@ -71,7 +71,7 @@ class JobChannel:
 
     # ---- connection ----------------------------------------------------------------
     @classmethod
-    def connect(cls, env: JobEnv | None = None, timeout: float = 30.0) -> "JobChannel":
+    def connect(cls, env: JobEnv | None = None, timeout: float = 30.0) -> JobChannel:
         ch = cls(env, timeout)
         ch.open()
         return ch
@@ -91,7 +91,8 @@ class JobChannel:
     def local_address(self) -> str:
         """This end's IP address: an address the daemon's network reaches this host by."""
         assert self._sock is not None
-        return self._sock.getsockname()[0]
+        host: str = self._sock.getsockname()[0]
+        return host
 
     def close(self) -> None:
         if self._sock is not None and not self._closed.is_set():
@@ -103,7 +104,7 @@ class JobChannel:
                 pass
             self._sock.close()
 
-    def __enter__(self) -> "JobChannel":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,6 +12,7 @@ from elastic_protocol.control import JobInfo, Queue, QueueDocument
 from elastic_protocol.timefmt import format_duration
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
+from elasticd.table import render_table
 
 COLUMNS = ("JOBID", "NAME", "KIND", "STATE", "NODES", "MIN-MAX", "TIME", "LIMIT", "EXIT", "HOSTS/REASON")
 
@@ -36,11 +37,7 @@ def row(j: JobInfo) -> tuple[str, ...]:
 
 
 def render(doc: QueueDocument) -> str:
-    rows = [COLUMNS, *(row(j) for j in doc.jobs)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows
-    )
+    return render_table(COLUMNS, [row(j) for j in doc.jobs])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
     command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    for name, src in sources.items():
+    for src in sources.values():
         print(src.load().report())
     desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds; "
             "efficiency rule, Amdahl speedups from an efficiency of 0.6-0.95 at each job's logged size, "

@@ -6,13 +6,17 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elasticd.cli.sim_cmd import _fractions
 from elasticd.errors import ElasticError
 from elasticd.policies import POLICIES
 
+if TYPE_CHECKING:
+    from elasticd.experiments.runner import CellRow
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("batch", help="write a seeded job batch (synthetic jobs) as job files")
     b.add_argument("seed", type=int)
     b.add_argument("--out", type=Path, required=True, metavar="DIR")
@@ -70,7 +74,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     s = Settings(nodes=args.nodes, time_scale=args.time_scale, jobs=args.jobs, min_resize_interval=args.min_resize_interval)
     start = time.monotonic()
 
-    def progress(done: int, total: int, row) -> None:
+    def progress(done: int, total: int, row: CellRow) -> None:
         print(f"[{done}/{total}] {time.monotonic() - start:6.0f} s  {row.policy} {100 * row.fraction:.0f}% batch {row.batch}: "
               f"makespan {row.makespan:.1f} s (sim {row.sim_makespan:.1f}), {row.completed}/{row.jobs} completed",
               file=sys.stderr, flush=True)

@@ -6,18 +6,26 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from elasticd.cli.common import PolicyArgumentError, add_policy_params, policy_settings
-from elasticd.errors import ElasticError
+from elasticd.errors import ElasticError, MissingExtra
 from elasticd.policies import POLICIES
 from elasticd.sim.grid import print_summary
+
+if TYPE_CHECKING:
+    from elasticd.sim.grid import RunRow, TraceSource
+    from elasticd.sim.simulator import Simulation
+    from elasticd.sim.swf import Trace
+    from elasticd.sim.workload import MalleabilityRule
 
 DEFAULT_FRACTIONS = "0,20,40,60,80,100"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("sim", help="simulate an SWF trace under one or more policies (virtual time)")
     s.add_argument("trace", type=Path, metavar="TRACE.swf", nargs="?",
                    help="an SWF log (.swf or .swf.gz); or use --from-log")
@@ -102,12 +110,15 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.out:
         write_outputs(args.out, trace, rows, summary, vars_for_json(args))
         if not args.no_plots:
-            plots(args, source, rule, summary, policies, fractions, params)
+            try:
+                plots(args, source, rule, summary, policies, fractions, params)
+            except MissingExtra as exc:
+                print(f"elasticd sim: no plots: {exc} (or pass --no-plots)", file=sys.stderr)
         print(f"results in {args.out}")
     return 0
 
 
-def per_policy_params(policies: list[str], config: Path | None, assignments: list[str]) -> dict[str, dict]:
+def per_policy_params(policies: list[str], config: Path | None, assignments: list[str]) -> dict[str, dict[str, Any]]:
     """Each policy's parameters: `--policy-param KEY=VALUE` applies to every simulated policy
     that has KEY (a key none has is an error), config-file tables to the policy they name."""
     from elasticd.policies.params import normalise_key
@@ -124,11 +135,11 @@ def per_policy_params(policies: list[str], config: Path | None, assignments: lis
     return out
 
 
-def vars_for_json(args: argparse.Namespace) -> dict:
+def vars_for_json(args: argparse.Namespace) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
 
 
-def write_outputs(out: Path, trace, rows, summary: list[dict], params: dict) -> None:
+def write_outputs(out: Path, trace: Trace, rows: list[RunRow], summary: list[dict[str, Any]], params: dict[str, Any]) -> None:
     from elasticd.sim.grid import row_dict
 
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +163,7 @@ def write_outputs(out: Path, trace, rows, summary: list[dict], params: dict) -> 
     (out / "results.json").write_text(json.dumps(doc, indent=1))
 
 
-def gantt_window(sim, warmup: float, starts: int = 40) -> tuple[float, float]:
+def gantt_window(sim: Simulation, warmup: float, starts: int = 40) -> tuple[float, float]:
     """A short, busy window: from the first start after the warm-up to the 40th start after
     it (real traces have idle days; a fixed slice of the span is often empty)."""
     begun = sorted(j.start_time for j in sim.core.jobs.values() if j.start_time is not None)
@@ -163,8 +174,8 @@ def gantt_window(sim, warmup: float, starts: int = 40) -> tuple[float, float]:
     return t0, max(t1, t0 + 1.0)
 
 
-def plots(args: argparse.Namespace, source, rule, summary: list[dict], policies: list[str], fractions: list[float],
-          params: dict[str, dict]) -> None:
+def plots(args: argparse.Namespace, source: TraceSource, rule: MalleabilityRule, summary: list[dict[str, Any]], policies: list[str], fractions: list[float],
+          params: dict[str, dict[str, Any]]) -> None:
     from elasticd.policies import make_policy
     from elasticd.sim.plots import busy_series, plot_gantt, plot_grid, plot_utilization, size_changes
     from elasticd.sim.simulator import Simulation

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
+from elasticd import defaults
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.events import (
     SIZE_CHANGES,
@@ -116,7 +117,7 @@ class Core:
         node_names: Iterable[str],
         policy: Policy,
         first_job_id: int = 1,
-        order_deadline: float = 30.0,
+        order_deadline: float = defaults.ORDER_DEADLINE,
         refuse_backoff: float = 10.0,
     ) -> None:
         self.nodes = NodeTable(list(node_names))

@@ -42,7 +42,7 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
 class Intervals:
     """Sorted, disjoint [start, end) index intervals; touching ones are merged."""
 
-    __slots__ = ("starts", "ends")
+    __slots__ = ("ends", "starts")
 
     def __init__(self) -> None:
         self.starts: list[int] = []

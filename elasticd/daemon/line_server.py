@@ -17,8 +17,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from elasticd.daemon.service import Daemon
+if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
+    from elasticd.daemon.service import Daemon
+
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -28,14 +28,17 @@ from typing import Any, Protocol
 
 from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
-from elasticd import __version__
+from elasticd import __version__, defaults
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
+from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
+from elasticd.daemon.control_server import ControlServer
 from elasticd.daemon.journal import Journal
+from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.statecheck import salvage
 from elasticd.errors import LaunchError, OrderRejected, QueueFull, StateWriteError
@@ -57,18 +60,18 @@ _DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.PassDue, 
 class DaemonConfig:
     state_dir: Path
     node_names: list[str]
-    policy: str = "easy"
+    policy: str = defaults.POLICY
     mode: str = "local"
     listen_host: str = "127.0.0.1"
     app_host: str = "127.0.0.1"
     control_port: int = 0
     app_port: int = 0
-    kill_wait: float = 5.0
-    order_deadline: float = 30.0
-    min_resize_interval: float = 10.0
+    kill_wait: float = defaults.KILL_WAIT
+    order_deadline: float = defaults.ORDER_DEADLINE
+    min_resize_interval: float = defaults.MIN_RESIZE_INTERVAL
     # Policies are also run this often while jobs exist, so that time-based conditions
     # (a resize interval passing) are acted on without waiting for the next event.
-    schedule_interval: float = 5.0
+    schedule_interval: float = defaults.SCHEDULE_INTERVAL
     policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
     policy_config: str | None = None
     # Limits that keep a misbehaving client from exhausting the daemon (README: Limits).
@@ -84,12 +87,12 @@ class DaemonConfig:
     # Save every state change in the state directory and recover from it at start.
     journal: bool = True
     # No job is started while the state directory's file system has less free than this.
-    min_free_space: int = 64 << 20
+    min_free_space: int = defaults.MIN_FREE_SPACE_MIB << 20
     # Start on a state directory whose journal is missing, empty or damaged, recovering every
     # record that can be read (elasticd.daemon.statecheck).
     salvage: bool = False
     # Bytes a job's output files may hold in all (a job file's output_cap, in MiB, overrides).
-    output_cap: int = 1 << 30
+    output_cap: int = defaults.OUTPUT_CAP_MIB << 20
     output_check_interval: float = 0.5
 
 
@@ -173,10 +176,6 @@ class Daemon:
 
     # ---- life cycle ----------------------------------------------------------------
     async def serve(self, ready: asyncio.Future[None] | None = None) -> None:
-        # Imported here: the servers need the daemon, and the daemon hands itself over.
-        from elasticd.daemon.app_server import AppServer
-        from elasticd.daemon.control_server import ControlServer
-
         cfg = self.config
         control = ControlServer(self)
         app = AppServer(self)
@@ -297,7 +296,7 @@ class Daemon:
         for t in tasks:
             t.cancel()
         if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=timeout)
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
             if pending:
                 log.error("tasks still running at stop: %s", ", ".join(t.get_name() for t in pending))
 
@@ -840,7 +839,7 @@ class Daemon:
         return True
 
 
-async def _listen(server: Any, host: str, port: int, what: str) -> asyncio.Server:
+async def _listen(server: LineServer, host: str, port: int, what: str) -> asyncio.Server:
     """Listen on `port` (the one a previous daemon used, after a restart); any port if taken."""
     try:
         return await server.start(host, port)

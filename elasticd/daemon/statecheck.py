@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,11 +152,12 @@ def _read_what_can_be_read(journal: Path, out: Salvage) -> tuple[
         out.notes.append(f"journal not readable at all ({exc})")
         return rows, secrets, values, meta
     try:
-        for query, keep in (
+        queries: tuple[tuple[str, Callable[[Any], None]], ...] = (
             ("SELECT key, value FROM meta", lambda r: meta.__setitem__(r[0], r[1])),
             ("SELECT job_id, secret FROM secrets", lambda r: secrets.__setitem__(r[0], r[1])),
             ("SELECT job_id, key, value FROM job_values", lambda r: values.append((r[0], r[1], r[2]))),
-        ):
+        )
+        for query, keep in queries:
             try:
                 for r in db.execute(query):
                     keep(r)
@@ -186,7 +188,7 @@ def _from_log(state_dir: Path, out: Salvage) -> tuple[dict[int, tuple[str, dict[
         return {}, 0
     try:
         result = replay(log, strict=False)
-    except Exception as exc:  # a damaged log: salvage keeps what the journal gave
+    except Exception as exc:  # noqa: BLE001 - a damaged log, whatever it raises: salvage keeps what the journal gave
         out.notes.append(f"event log not replayable ({exc})")
         return {}, 0
     jobs = {jid: (j.spec.model_dump_json(), json.loads(json.dumps(job_state(j)))) for jid, j in result.jobs.items()}

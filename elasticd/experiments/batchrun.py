@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from elastic_protocol.control import Queue, QueueDocument, Stop, Submit, Wait
 from elastic_protocol.jobspec import JobSpec
@@ -29,6 +30,7 @@ from elasticd.errors import ElasticError, JobFileError
 from elasticd.jobfile import job_files, load_job_file
 from elasticd.metrics import JobRecord, job_metrics, summarize
 from elasticd.statedir import DaemonRecord
+from elasticd.table import render_table
 
 
 class BatchStopped(ElasticError):
@@ -147,16 +149,14 @@ def _fmt(x: float | None) -> str:
 def print_report(doc: QueueDocument, total_nodes: int) -> None:
     recs = records(doc)
     head = ("JOBID", "NAME", "STATE", "EXIT", "NODES", "WAIT(s)", "RUN(s)", "TURNAROUND(s)", "BSLD")
-    rows = [head]
+    rows: list[tuple[str, ...]] = []
     for j, r in zip(doc.jobs, recs):
         m = job_metrics(r)
         sizes = sorted({e.nodes for e in j.events if e.event in ("started", "shrunk", "grown")})
         rows.append((str(j.job_id), j.name[:24], j.state, j.exit or "", "/".join(map(str, sizes)) or "0",
                      _fmt(m.wait), _fmt(m.run), _fmt(m.turnaround), _fmt(m.bounded_slowdown)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     print()
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(render_table(head, rows))
     for j in doc.jobs:
         if j.state != "COMPLETED":
             print(f"job {j.job_id} ({j.name}) {j.state}: {j.reason or 'exit ' + (j.exit or '?')}"
@@ -171,7 +171,7 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
     print(f"mean bounded slowdown   {s.mean_bounded_slowdown:.3f} (tau = 10 s)")
 
 
-def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None) -> dict:
+def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None) -> dict[str, Any]:
     """Metrics plus the whole queue document (events with hosts), so `elasticd report`
     can draw the run later."""
     recs = records(doc)

@@ -11,9 +11,11 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elastic_protocol.control import QueueDocument
 from elasticd.errors import ElasticError
+from elasticd.table import render_table
 
 
 @dataclass
@@ -21,7 +23,7 @@ class _JobView:
     """What the Gantt chart needs of a job, from a queue document."""
 
     job_id: int
-    events: list
+    events: list[Any]
 
 
 def report(target: Path) -> list[Path]:
@@ -42,7 +44,7 @@ def report(target: Path) -> list[Path]:
     return report_run(target, doc)
 
 
-def report_run(path: Path, doc: dict) -> list[Path]:
+def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
     from elasticd.experiments.batchrun import print_report
     from elasticd.sim.plots import plot_gantt, plot_utilization
 
@@ -86,7 +88,7 @@ def _node_key(name: str) -> tuple[str, int]:
     return head, int(tail) if tail else -1
 
 
-def report_experiment(folder: Path, doc: dict) -> list[Path]:
+def report_experiment(folder: Path, doc: dict[str, Any]) -> list[Path]:
     from elasticd.sim.plots import plot_grid
 
     rows = doc["rows"]
@@ -101,11 +103,11 @@ def report_experiment(folder: Path, doc: dict) -> list[Path]:
     return paths
 
 
-def experiment_summary(rows: list[dict]) -> list[dict]:
+def experiment_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Grid-plot records (mean/median/IQR per policy and fraction) from real cells."""
     from elasticd.metrics import spread
 
-    groups: dict[tuple[str, float], list[dict]] = {}
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["policy"], r["fraction"]), []).append(r)
     out = []
@@ -121,22 +123,22 @@ def experiment_summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def print_experiment(rows: list[dict]) -> None:
+def print_experiment(rows: list[dict[str, Any]]) -> None:
     summary = experiment_summary(rows)
     rigid = [r for r in summary if r["fraction"] == 0]
     best = min(rigid, key=lambda r: r["makespan_mean"]) if rigid else None
     head = ("POLICY", "MALL%", "RUNS", "MAKESPAN(s)", "UTIL%", "WAIT(s)", "TURNAROUND(s)", "vs best rigid: MAKESPAN / UTIL / TAT")
-    out = [head]
+    out: list[tuple[str, ...]] = []
     for r in sorted(summary, key=lambda r: (r["policy"], r["fraction"])):
         rel = ""
         if best is not None:
             def pct(m: str) -> str:
                 b = best[f"{m}_mean"]
-                return f"{100 * (r[f'{m}_mean'] - b) / b:+.2f}%" if b else "n/a"
+                return f"{100 * (r[f'{m}_mean'] - b) / b:+.2f}%" if b else "n/a"  # noqa: B023 - called at once, in this iteration
             rel = f"{pct('makespan')} / {pct('utilization')} / {pct('mean_turnaround')}"
         out.append((r["policy"], f"{100 * r['fraction']:.0f}", str(r["seeds"]), f"{r['makespan_mean']:.1f}",
                     f"{100 * r['utilization_mean']:.1f}", f"{r['mean_wait_mean']:.1f}", f"{r['mean_turnaround_mean']:.1f}", rel))
-    _table(out)
+    print(render_table(head, out))
     if best is not None:
         print(f"best rigid policy (0% malleable, by makespan): {best['policy']}")
     errs_m = [abs(r["makespan_error"]) for r in rows]
@@ -147,15 +149,10 @@ def print_experiment(rows: list[dict]) -> None:
           f"{within}/{len(rows)} runs within 5% / 10%")
 
 
-def report_simulation(folder: Path, doc: dict) -> list[Path]:
+def report_simulation(folder: Path, doc: dict[str, Any]) -> list[Path]:
     from elasticd.sim.grid import print_summary
     from elasticd.sim.plots import plot_grid
 
     print_summary(doc["summary"])
     return [plot_grid(doc["summary"], folder / "grid.png", f"{doc['trace']['name']}")]
 
-
-def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from elastic_protocol.control import QueueDocument
 from elasticd.experiments.batches import generate_batch, malleable_set, write_batch
@@ -71,13 +72,13 @@ def run_cell(out: Path, policy: str, fraction: float, batch: int, s: Settings) -
     b = generate_batch(batch, jobs=s.jobs)
     write_batch(jobs_dir, b, malleable_set(b, fraction, batch), s.time_scale, python=sys.executable)
     specs = load_batch([jobs_dir], s.nodes)
-    doc, done = execute_batch(specs, s.nodes, policy, s.kill_wait, s.daemon_args(), announce=False,
+    doc, _done = execute_batch(specs, s.nodes, policy, s.kill_wait, s.daemon_args(), announce=False,
                               timeout=3600)
     (cell / "run.json").write_text(json.dumps(report_json(doc, s.nodes, policy), indent=1))
     return compare(doc, specs, policy, fraction, batch, s)
 
 
-def compare(doc: QueueDocument, specs: list, policy: str, fraction: float, batch: int, s: Settings) -> CellRow:
+def compare(doc: QueueDocument, specs: list[Any], policy: str, fraction: float, batch: int, s: Settings) -> CellRow:
     """A real run beside its replay in the simulator, with the same policy settings."""
     real = summarize(records(doc), s.nodes)
     jobs = from_specs(specs, s.startup, s.startup_per_node, s.grow_latency, s.grow_latency_per_node)
@@ -135,7 +136,7 @@ def run_experiment(
     ordered = [rows[c] for c in cells]
     # A folder accumulates cells: earlier runs of other cells (another policy, say) stay.
     results = out / "results.json"
-    kept: list[dict] = []
+    kept: list[dict[str, Any]] = []
     if results.exists():
         done = {(r.policy, r.fraction, r.batch) for r in ordered}
         kept = [r for r in json.loads(results.read_text())["rows"] if (r["policy"], r["fraction"], r["batch"]) not in done]

@@ -21,17 +21,20 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from elasticd import defaults
 from elasticd.errors import LaunchError
 from elasticd.launch.base import (
     ExitCallback,
     HostsGoneCallback,
     LaunchRequest,
+    call_back,
     job_environment,
     output_paths,
     write_hostfile,
@@ -82,7 +85,12 @@ async def wait_pid_exit(pid: int) -> None:
         return
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+
+    def readable() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
     try:
         await done
     finally:
@@ -184,7 +192,7 @@ async def wait_groups_gone(pgids: set[int], timeout: float) -> bool:
 
 
 class LocalLauncher:
-    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = 5.0,
+    def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = defaults.KILL_WAIT,
                  tag: str = "") -> None:
         self.on_exit = on_exit
         self.on_hosts_gone = on_hosts_gone
@@ -259,7 +267,7 @@ class LocalLauncher:
         # start_new_session makes the child a session and group leader: pgid == pid.
         return _HostProc(host, proc, proc.pid, status_file)
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -315,7 +323,7 @@ class LocalLauncher:
         await self._end(job, procs)
         self._jobs.pop(job.job_id, None)
         code, sig = _job_exit([p for p in procs if not p.released])
-        await _call(self.on_exit, job.job_id, code, sig)
+        await call_back(self.on_exit, job.job_id, code, sig)
 
     def _pids(self, job: _LocalJob, procs: list[_HostProc]) -> set[int]:
         """Live processes of the job on those hosts: their groups, and what containment finds."""
@@ -376,7 +384,7 @@ class LocalLauncher:
                 # only over when the remaining hosts' processes end.
                 job.procs.pop(hp.host, None)
                 await hp.wait()
-        await _call(self.on_hosts_gone, job_id, list(hosts))
+        await call_back(self.on_hosts_gone, job_id, list(hosts))
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
         job = self._jobs.get(job_id)
@@ -404,12 +412,6 @@ def _reap(pids: set[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
         except (ChildProcessError, OSError):
             pass
-
-
-async def _call(cb, *args) -> None:
-    result = cb(*args)
-    if asyncio.iscoroutine(result):
-        await result
 
 
 def _open_output(path: Path) -> int:

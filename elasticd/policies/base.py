@@ -150,14 +150,14 @@ def limit_at(job: PendingView, n: int) -> float | None:
     return limit * s.speedup(job.preferred) / s.speedup(n)
 
 
-def grant_requests(snap: Snapshot, free: int) -> list[Decision]:
+def grant_requests(snap: Snapshot, free: int) -> list[Grow]:
     """Evolving jobs' requests, first asked first served, each whole or not at all.
 
     Called by every policy after it has started what it starts, so that a queue of waiting
     jobs is never starved by running jobs asking for more; two evolving jobs waiting for
     each other cannot deadlock because a request never holds nodes while it waits.
     """
-    out: list[Decision] = []
+    out: list[Grow] = []
     asking = [r for r in snap.running if r.requested > 0 and r.malleable_ready and not r.ending]
     if not asking:
         return out

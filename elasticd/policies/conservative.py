@@ -106,7 +106,8 @@ def place_request(prof: FreeProfile, r: RunningView, free: int, now: float) -> G
 def entry_duration(e: object, is_request: bool, now: float) -> float:
     """How long a queue entry holds its nodes: a job its limit, a request until its job's."""
     if is_request:
-        return e.estimated_end - now  # type: ignore[attr-defined]
+        end: float = e.estimated_end  # type: ignore[attr-defined]
+        return end - now
     limit = e.time_limit  # type: ignore[attr-defined]
     return math.inf if limit is None else float(limit)
 

@@ -58,8 +58,7 @@ def shadow_time(
     i, n = 0, len(ordered)
     while i < n:
         t = ordered[i][0]
-        if t < now:
-            t = now
+        t = max(t, now)
         while i < n and ordered[i][0] <= t:
             avail += ordered[i][1]
             i += 1

@@ -187,8 +187,9 @@ class EvolvingFit:
     def decide(self, snap: Snapshot) -> list[Decision]:
         now = snap.now
         prof = plan_of(snap)
-        out: list[Decision] = list(grant_requests(snap, snap.free_nodes))
-        free = snap.free_nodes - sum(g.by for g in out)  # type: ignore[union-attr]
+        grants = grant_requests(snap, snap.free_nodes)
+        out: list[Decision] = list(grants)
+        free = snap.free_nodes - sum(g.by for g in grants)
         pending = snap.pending
         all_steps = [self.steps_of(j) for j in pending]
         bound = StartBound(now, [st[0][1] for st in all_steps], [st[0][0] for st in all_steps])

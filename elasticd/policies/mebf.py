@@ -94,7 +94,7 @@ class Mebf:
         free = res.free
         grants = grant_requests(snap, res.extra)
         out.extend(grants)
-        free -= sum(g.by for g in grants)  # type: ignore[union-attr]
+        free -= sum(g.by for g in grants)
         if not res.waiting:
             if free > 0:
                 out.extend(self.expand(snap, free))

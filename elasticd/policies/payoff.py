@@ -107,7 +107,7 @@ class Payoff:
         if not owed and free > 0:
             grants = grant_requests(snap, free)
             decisions.extend(grants)
-            free -= sum(g.by for g in grants)  # type: ignore[union-attr]
+            free -= sum(g.by for g in grants)
             decisions.extend(self._lend(snap, [r for r in ready if r.job_id not in shrinks], free, now))
         return decisions
 

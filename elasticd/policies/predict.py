@@ -17,6 +17,7 @@ advances a real or simulated job.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from elastic_protocol.jobspec import PerfModel
 from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
@@ -85,7 +86,7 @@ class RunningPrediction:
 
     __slots__ = ("cost", "end", "job", "now", "progress", "speedup", "start_size", "work")
 
-    def __init__(self, job: RunningView, now: float, replayed: WorkProgress | None | bool = False) -> None:
+    def __init__(self, job: RunningView, now: float, replayed: WorkProgress | Literal[False] | None = False) -> None:
         """`replayed`: the job's `replay()` if already known (False: replay it here)."""
         self.job = job
         self.now = now

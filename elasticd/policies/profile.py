@@ -46,8 +46,7 @@ class _Block:
             # Taking nodes only lowers values: the least is exact this way, and the largest
             # stays an upper bound, which only lets a search skip fewer blocks.
             low = min(taken)
-            if low < self.lo:
-                self.lo = low
+            self.lo = min(self.lo, low)
         else:
             self.refresh()
 
@@ -126,7 +125,7 @@ class FreeProfile:
         this skips most of the way there.)
         """
         unbounded = after is None or after <= self.now
-        t = self.now if unbounded else after  # type: ignore[assignment]
+        t: float = self.now if after is None or unbounded else after
         if need <= 0:
             return t
         if duration <= 0:
@@ -158,7 +157,7 @@ class FreeProfile:
                     return c
                 if b.lo >= short:
                     if c == inf:
-                        c = t0 if t0 > t else t
+                        c = max(t, t0)
                         cd = c + duration
                     bi += 1
                     continue
@@ -172,7 +171,7 @@ class FreeProfile:
                 if fj < short:
                     c = cd = inf
                 elif c == inf:
-                    c = tj if tj > t else t
+                    c = max(t, tj)
                     cd = c + duration
             bi += 1
             i = 0
@@ -197,12 +196,13 @@ class FreeProfile:
 
     def min_free(self, start: float, end: float) -> int:
         """Fewest free nodes at any time in [start, end) (at `start` if the range is empty)."""
-        bi, i = self._locate(start if start > self.now else self.now)
+        bi, i = self._locate(max(self.now, start))
         blocks, nb = self._blocks, len(self._blocks)
         best = math.inf
         first = True  # the segment at `start` counts even if the range is empty
         while bi < nb:
             b = blocks[bi]
+            low: float
             if i == 0 and bi + 1 < nb and self._firsts[bi + 1] <= end:
                 low = b.lo + b.add  # the whole block lies inside the range
             else:
@@ -211,8 +211,7 @@ class FreeProfile:
                 low = min(b.free[i:stop]) + b.add if stop > i else math.inf
                 if stop < len(times):
                     return int(min(best, low))
-            if low < best:
-                best = low
+            best = min(best, low)
             first = False
             bi += 1
             i = 0
@@ -283,8 +282,7 @@ class FreeProfile:
             return
         if nodes < 0:
             self._recent.clear()  # nodes given back: a window may open earlier than before
-        if start < self.now:
-            start = self.now
+        start = max(start, self.now)
         bi = 0 if start == self.now else bisect.bisect_right(self._firsts, start) - 1
         if bi + 1 == len(self._blocks) or end < self._firsts[bi + 1]:
             self._reserve_in_block(bi, start, end, nodes)  # the usual case: one block
@@ -380,8 +378,9 @@ def queue_entries(snap: object, limit: int | None = None) -> list[tuple[object, 
 
 
 def _asked_at(r: object) -> float:
-    t = r.requested_at  # type: ignore[attr-defined]
-    return r.start_time if t is None else t  # type: ignore[attr-defined]
+    t: float | None = r.requested_at  # type: ignore[attr-defined]
+    start: float = r.start_time  # type: ignore[attr-defined]
+    return start if t is None else t
 
 
 def profile_from_segments(now: float, segments: list[tuple[float, int]]) -> FreeProfile:

@@ -178,9 +178,9 @@ def render_policies() -> str:
     """The `elasticd policies` listing: one line per policy, then its family's parameters."""
     width = max(len(n) for n in REGISTRY) + 2
     lines = [
-        "Policies (--policy NAME); parameters: --policy-param KEY=VALUE, or a [policy.NAME] "
+        ("Policies (--policy NAME); parameters: --policy-param KEY=VALUE, or a [policy.NAME] "
         "(or [policy.FAMILY]) table in --policy-config FILE. [rigid: as X]: with no malleable "
-        "job, the policy schedules exactly as X does.",
+        "job, the policy schedules exactly as X does."),
         "",
     ]
     for family, names in FAMILIES.items():

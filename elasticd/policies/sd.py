@@ -107,6 +107,11 @@ class _Mate:
     end: float  # its predicted end if nobody borrows from it
 
 
+# A set of mates: its members, the nodes it can lend, the earliest predicted end among them,
+# and (member's position, its limit) by limit.
+_MateSet = tuple[tuple[_Mate, ...], int, float, tuple[tuple[int, float], ...]]
+
+
 @dataclass
 class _Mates:
     ranked: list[_Mate]  # eligible, lowest current slowdown first
@@ -114,7 +119,7 @@ class _Mates:
     used: set[int] = field(default_factory=set)  # lent in this pass (and out of `ranked`)
     _widest: int | None = None
     _latest: tuple[float, float] | None = None
-    _sets: list[tuple[tuple[_Mate, ...], int, float, tuple[tuple[int, float], ...]]] | None = None
+    _sets: list[_MateSet] | None = None
 
     def widest(self, candidates: int, max_mates: int) -> int:
         """The most nodes any allowed set of candidates could lend: a bound that lets most
@@ -137,7 +142,7 @@ class _Mates:
 
     def sets(
         self, candidates: int, max_mates: int
-    ) -> list[tuple[tuple[_Mate, ...], int, float, tuple[tuple[int, float], ...]]]:
+    ) -> list[_MateSet]:
         """Every allowed set of candidates, in the search's order, with the nodes it can
         lend, the earliest predicted end among its members, and (member's position, its
         limit) by limit: the order its lent nodes come back in."""
@@ -145,12 +150,12 @@ class _Mates:
             cands = self.ranked[:candidates]
             limits = [m.job.estimated_end for m in cands]
             # Singles and pairs spelled out (SD-Policy allows two mates): built on most passes.
-            out = [((m,), m.lend, m.end, ((0, e),)) for m, e in zip(cands, limits)]
+            out: list[_MateSet] = [((m,), m.lend, m.end, ((0, e),)) for m, e in zip(cands, limits)]
             if max_mates >= 2:
                 for i, (a, ea) in enumerate(zip(cands, limits)):
                     for b, eb in zip(cands[i + 1 :], limits[i + 1 :]):
                         order = ((0, ea), (1, eb)) if ea <= eb else ((1, eb), (0, ea))
-                        out.append(((a, b), a.lend + b.lend, a.end if a.end < b.end else b.end, order))
+                        out.append(((a, b), a.lend + b.lend, min(b.end, a.end), order))
             for r in range(3, max_mates + 1):
                 for chosen in itertools.combinations(cands, r):
                     by_limit = sorted(((k, m.job.estimated_end) for k, m in enumerate(chosen)), key=itemgetter(1))
@@ -247,9 +252,9 @@ class SdPolicy:
                     if self.look_ahead
                     else i
                 )
-            if next_actor == len(entries) and (asked or i % 16 == 0):
-                if self._give_back_settled(i, entries, prof, free, lenders, mates, now):
-                    break  # nothing from here on acts, and the rest of the map cannot matter
+            if (next_actor == len(entries) and (asked or i % 16 == 0)
+                    and self._give_back_settled(i, entries, prof, free, lenders, mates, now)):
+                break  # nothing from here on acts, and the rest of the map cannot matter
             quiet = i < next_actor
             if not examined:
                 # Past bf_max_job_test nothing is planned (as in Slurm, whose backfill stops
@@ -283,11 +288,11 @@ class SdPolicy:
             malleable = job.kind is JobKind.MALLEABLE
             ts = prof.earliest(need, dur)
             if ts == now and free >= need:
-                n = need if malleable else start_size(job, min(free, prof.min_free(now, now + dur)))
-                assert n is not None
-                out.append(Start(job.job_id, n))
-                free -= n
-                prof.reserve(now, now + dur, n)
+                size = need if malleable else start_size(job, min(free, prof.min_free(now, now + dur)))
+                assert size is not None
+                out.append(Start(job.job_id, size))
+                free -= size
+                prof.reserve(now, now + dur, size)
                 continue
             if malleable and ts > now and examined and not quiet:
                 if mates is None:
@@ -347,7 +352,7 @@ class SdPolicy:
 
         def free_until(t: float) -> int:
             j = first_after(starts, t) - 1
-            return fewest[j if j > 0 else 0]
+            return fewest[max(0, j)]
         traits = self._traits
         promised = self._promised
         last_planned = self.max_job_test
@@ -369,7 +374,7 @@ class SdPolicy:
             job, need, limit, least, pref, pp = t
             # The fewest nodes the map holds over the job's limit.
             j = first_after(starts, now + limit) - 1
-            for_limit = fewest[j if j > 0 else 0]
+            for_limit = fewest[max(0, j)]
             if need <= start_cap and for_limit >= need:
                 return k  # it may start as planned
             if k >= last_planned:
@@ -381,35 +386,34 @@ class SdPolicy:
             if least > reach_cap:
                 continue
             work, speedup = pp.work, pp.speedup.speedup
+            assert work is not None  # `_traits_of` keeps a prediction only with its work
             # The most nodes of its own it could start on now: what the map holds for its
             # limit (a run on fewer nodes is only longer), at most `cap`.
-            top = for_limit if for_limit < cap else cap
+            top = min(cap, for_limit)
             if least <= top:
                 # The reduced start's own search on the map as it is: the map only loses
                 # nodes, so finding no size that fits now means none will. (It settles on
                 # the largest size the map holds for long enough, never above `top`:
                 # starting there finds the same.)
-                n = pref if pref < top else top
+                n = min(top, pref)
                 while n >= least:
                     run = work / speedup(n)
-                    j = first_after(starts, now + (run if run > limit else limit)) - 1
-                    room = fewest[j if j > 0 else 0]
-                    if room > cap:
-                        room = cap
+                    j = first_after(starts, now + (max(limit, run))) - 1
+                    room = fewest[max(0, j)]
+                    room = min(room, cap)
                     if room >= n:
                         return k  # it may start reduced, with no mate
                     n = room
             if not with_mates:
                 continue
-            reach = (top if top > 0 else 0) + widest  # its own nodes and the widest lenders
-            if reach > pref:
-                reach = pref
+            reach = (max(0, top)) + widest  # its own nodes and the widest lenders
+            reach = min(reach, pref)
             if reach < least:
                 continue
             fastest = work / speedup(reach)
             if now + fastest > latest_end:
                 continue  # it cannot end inside any mate's allocation
-            hold = now + (fastest if fastest > limit else limit)
+            hold = now + (max(limit, fastest))
             if latest_limit < hold:
                 free_past = past_mates.get(hold)
                 if free_past is None:
@@ -486,16 +490,14 @@ class SdPolicy:
             lack = n - base
             lent = []
             for m in chosen:
-                k = m.lend if m.lend < lack else lack
+                k = min(lack, m.lend)
                 lack -= k
-                lent.append(k if k > 1 else 1)
-            stop = now + (run if run > limit else limit)
+                lent.append(max(1, k))
+            stop = now + (max(limit, run))
             start, need = now, 0
             for pos, until in by_limit:  # lent nodes come back at the mates' limits
-                if until < now:
-                    until = now
-                if until > stop:
-                    until = stop
+                until = max(until, now)
+                until = min(until, stop)
                 if until > start:
                     if free_in(start, until) < need:
                         return False
@@ -505,8 +507,7 @@ class SdPolicy:
 
         for chosen, lend, first_end, by_limit in mates.sets(self.mate_candidates, self.max_mates):
             n = base + lend
-            if n > pref:
-                n = pref
+            n = min(n, pref)
             if n < least:
                 continue
             run = work / speedup(n)

@@ -106,7 +106,7 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
     if not owed and free > 0:
         grants = grant_requests(snap, free)
         decisions.extend(grants)
-        free -= sum(g.by for g in grants)  # type: ignore[union-attr]
+        free -= sum(g.by for g in grants)
         if ready is None:
             ready = [r for r in snap.running if resizable(r, now, interval)]
         takers = {r.job_id: r for r in ready if r.size < r.max_nodes and r.job_id not in shrinks}
@@ -132,7 +132,7 @@ def _take(
         if s.balanced and n > 1 and heap:
             # One node at a time, re-ranking after each: j gives until another job ranks higher.
             top = heap[0]
-            n = 1 if (-priority(sz - 1, r), j) > top else 1 + _lead(lambda m: (-priority(sz - m, r), j) < top, n - 1)
+            n = 1 if (-priority(sz - 1, r), j) > top else 1 + _lead(lambda m: (-priority(sz - m, r), j) < top, n - 1)  # noqa: B023 - called at once, in this iteration
         size[j] = sz = sz - n
         shrinks[j] = shrinks.get(j, 0) + n
         lack -= n
@@ -162,7 +162,7 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
         if s.balanced and n > 1 and heap:
             # One node at a time, re-ranking after each: j takes until another job ranks lower.
             top = heap[0]
-            n = 1 if (priority(sz + 1, r), j) > top else 1 + _lead(lambda m: (priority(sz + m, r), j) < top, n - 1)
+            n = 1 if (priority(sz + 1, r), j) > top else 1 + _lead(lambda m: (priority(sz + m, r), j) < top, n - 1)  # noqa: B023 - called at once, in this iteration
         size[j] = sz = sz + n
         grows[j] = grows.get(j, 0) + n
         free -= n
@@ -211,7 +211,7 @@ def _below_level(takers: dict[int, RunningView], free: int, priority: Priority) 
     for j, r, cap, p0, _ in jobs:
         if p0 < level:
             size = r.size
-            counts[j] = 1 + _lead(lambda m: priority(size + m, r) < level, cap - 1)
+            counts[j] = 1 + _lead(lambda m: priority(size + m, r) < level, cap - 1)  # noqa: B023 - called at once, in this iteration
     return counts if sum(counts.values()) <= free else {}
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 from elasticd.metrics import WindowSummary, spread, windowed_summary
 from elasticd.policies import make_policy
@@ -76,7 +77,7 @@ def _init(source: TraceSource) -> None:
     _trace = source.load()
 
 
-def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict | None = None) -> RunRow:
+def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict[str, Any] | None = None) -> RunRow:
     t = time.perf_counter()
     jobs = build_workload(trace, spec.fraction, spec.seed, rule)
     outcomes = simulate(jobs, trace.nodes, make_policy(spec.policy, params))
@@ -84,7 +85,7 @@ def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float, 
     return RunRow(spec.policy, spec.fraction, spec.seed, time.perf_counter() - t, s)
 
 
-def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict | None) -> RunRow:
+def _worker(spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict[str, Any] | None) -> RunRow:
     assert _trace is not None
     return run_one(_trace, spec, rule, warmup, params)
 
@@ -96,7 +97,7 @@ def run_grid(
     warmup: float,
     workers: int | None = None,
     progress: Callable[[int, int, RunRow], None] | None = None,
-    params: dict[str, dict] | None = None,
+    params: dict[str, dict[str, Any]] | None = None,
 ) -> list[RunRow]:
     """Every run, in parallel; rows come back in the order of `specs`. `params`: each
     policy's parameters by policy name."""
@@ -119,20 +120,20 @@ def run_grid(
     return [rows[s] for s in specs]
 
 
-def aggregate(rows: list[RunRow]) -> Iterator[dict]:
+def aggregate(rows: list[RunRow]) -> Iterator[dict[str, Any]]:
     """One record per (policy, fraction): mean, median and IQR of every metric over seeds."""
     groups: dict[tuple[str, float], list[RunRow]] = {}
     for r in rows:
         groups.setdefault((r.policy, r.fraction), []).append(r)
     for (policy, fraction), rs in groups.items():
-        rec: dict = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
+        rec: dict[str, Any] = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
         for m in METRICS:
             mean, median, iqr = spread([getattr(r.metrics, m) for r in rs])
             rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, median, iqr
         yield rec
 
 
-def text_progress(stream=sys.stderr) -> Callable[[int, int, RunRow], None]:
+def text_progress(stream: TextIO = sys.stderr) -> Callable[[int, int, RunRow], None]:
     """A progress bar on a terminal, one line per run otherwise (logs stay readable)."""
     tty = stream.isatty()
     start = time.monotonic()
@@ -154,13 +155,13 @@ def text_progress(stream=sys.stderr) -> Callable[[int, int, RunRow], None]:
     return show
 
 
-def row_dict(r: RunRow) -> dict:
+def row_dict(r: RunRow) -> dict[str, Any]:
     """One flat record per run, for CSV and JSON."""
     d = asdict(r)
     return {**{k: v for k, v in d.items() if k != "metrics"}, **d["metrics"]}
 
 
-def print_summary(summary: list[dict]) -> None:
+def print_summary(summary: list[dict[str, Any]]) -> None:
     base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
     head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "TIMEOUT%", "SHRINK/J", "EXPAND/J",
             "vs EASY 0%: TAT / WAIT / UTIL")
@@ -170,7 +171,7 @@ def print_summary(summary: list[dict]) -> None:
         if base is not None and r is not base:
             def pct(m: str) -> str:
                 b = base[f"{m}_mean"]
-                return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"
+                return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"  # noqa: B023 - called at once, in this iteration
             rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
         rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
                      f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",

@@ -6,7 +6,11 @@ and plots work without a display.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
+
+from elasticd.errors import MissingExtra
 
 _CURVES = (
     ("mean_turnaround", "mean turnaround (s)"),
@@ -18,8 +22,11 @@ _CURVES = (
 )
 
 
-def _plt():
-    import matplotlib
+def _plt() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingExtra("drawing plots", "plots", "matplotlib") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -27,7 +34,7 @@ def _plt():
     return plt
 
 
-def plot_grid(summary: list[dict], path: Path, title: str) -> Path:
+def plot_grid(summary: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Each metric against the malleable fraction, one line per policy, IQR as error bars."""
     plt = _plt()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
@@ -96,7 +103,7 @@ def size_changes(sizes_per_job: list[tuple[tuple[float, int], ...]]) -> list[tup
     return changes
 
 
-def plot_gantt(jobs: list, node_index: dict[str, int], t0: float, t1: float, path: Path, title: str,
+def plot_gantt(jobs: list[Any], node_index: dict[str, int], t0: float, t1: float, path: Path, title: str,
                time_unit: float = 3600.0, unit_name: str = "h") -> Path:
     """Nodes (rows) over time, a colour per job; a job's shape changes where it was resized."""
     plt = _plt()
@@ -105,7 +112,7 @@ def plot_gantt(jobs: list, node_index: dict[str, int], t0: float, t1: float, pat
     for j in jobs:
         segs = [(e.time, e.hosts) for e in j.events if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "ended")]
         color = cmap(j.job_id % 20)
-        for (ta, hosts), (tb, _) in zip(segs, segs[1:]):
+        for (ta, hosts), (tb, _) in itertools.pairwise(segs):
             lo, hi = max(ta, t0), min(tb, t1)
             if hi <= lo or not hosts:
                 continue

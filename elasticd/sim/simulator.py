@@ -68,7 +68,7 @@ def _spec(j: SimJob) -> JobSpec:
     scheduler knows a job's limit, not how long it will really run). Trace jobs were
     validated by the reader, so pydantic's validation is skipped; specs are frozen, so jobs
     alike share one."""
-    limit = int(math.ceil(j.limit_at_preferred))
+    limit = math.ceil(j.limit_at_preferred)
     text = j.speedup.text if j.has_model else None
     key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit, text, j.cost)
     spec = _SPECS.get(key)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from elastic_protocol.models import Amdahl, ReconfigCost, Rho, SpeedupModel
 from elasticd.sim.swf import Trace
@@ -76,7 +77,7 @@ class MalleabilityRule:
     pref_efficiency: float = 0.8
     max_efficiency: float = 0.5
     min_speed: float = 0.25
-    cost: ReconfigCost = ReconfigCost(alpha=0.375)
+    cost: ReconfigCost = ReconfigCost(alpha=0.375)  # noqa: RUF009 - frozen, shared safely
 
     def __post_init__(self) -> None:
         if self.rule not in ("efficiency", "mebf"):
@@ -152,7 +153,7 @@ def build_workload(trace: Trace, fraction: float, seed: int, rule: MalleabilityR
 
 
 def from_specs(
-    specs: list,
+    specs: list[Any],
     startup: float = 0.0,
     startup_per_node: float = 0.0,
     grow_latency: float = 0.0,

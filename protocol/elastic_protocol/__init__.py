@@ -14,8 +14,8 @@ from elastic_protocol.version import PROTOCOL_VERSION
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "ProtocolError",
     "FrameTooLong",
     "MalformedMessage",
+    "ProtocolError",
     "VersionMismatch",
 ]

@@ -8,6 +8,7 @@ Work is measured in seconds on one node: a job with work W on n nodes runs W / S
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -46,7 +47,7 @@ class Rho:
             raise ValueError("rho must be in [0, 1)")
 
     def speedup(self, n: int) -> float:
-        return float(n) ** (1.0 - self.rho)
+        return math.pow(n, 1.0 - self.rho)
 
     @property
     def text(self) -> str:
@@ -96,7 +97,7 @@ class WorkProgress:
     real run and a simulated one advance by the very same arithmetic.
     """
 
-    __slots__ = ("remaining", "model", "cost", "size", "last", "frozen_until")
+    __slots__ = ("cost", "frozen_until", "last", "model", "remaining", "size")
 
     def __init__(self, work: float, model: SpeedupModel, cost: ReconfigCost, size: int, now: float) -> None:
         self.remaining = work
@@ -117,8 +118,7 @@ class WorkProgress:
         start = max(self.last, self.frozen_until)
         if now > start:
             self.remaining -= self.model.speedup(self.size) * (now - start)
-        if now > self.last:
-            self.last = now
+        self.last = max(self.last, now)
 
     def resize(self, new_size: int, now: float) -> None:
         """Change size at `now`; progress stops for the reconfiguration cost."""

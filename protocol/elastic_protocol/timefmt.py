@@ -22,8 +22,9 @@ def parse_time_limit(text: str | int) -> int | None:
     Raises ValueError naming the accepted formats. Memoized: a replayed trace has
     thousands of jobs and a few hundred distinct limits.
     """
+    # pydantic reports a ValueError as the field's error; a TypeError would escape it.
     if isinstance(text, bool):
-        raise ValueError("time limit must be a string like '30', '1:30:00' or '2-12:00'")
+        raise ValueError("time limit must be a string like '30', '1:30:00' or '2-12:00'")  # noqa: TRY004
     if isinstance(text, int):
         if text <= 0:
             raise ValueError("time limit must be positive")
@@ -74,7 +75,7 @@ def format_duration(seconds: float | None) -> str:
     """Slurm's squeue style: M:SS, H:MM:SS, D-HH:MM:SS; UNLIMITED for None."""
     if seconds is None:
         return "UNLIMITED"
-    s = int(round(max(0.0, seconds)))
+    s = round(max(0.0, seconds))
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)

@@ -14,7 +14,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/conftest.py helpers
 
-from conftest import BIN, RunningDaemon, start_daemon  # noqa: E402
+from conftest import BIN, RunningDaemon, start_daemon
 
 
 def can_mount() -> bool:
@@ -41,7 +41,7 @@ def fill(path: Path, leave: int = 0) -> Path:
 
 def cli(state_dir: Path, tool: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ELASTIC_STATE_DIR": str(state_dir)}
-    return subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run([str(BIN / tool), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def kill9(d: RunningDaemon) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon_support import inprocess_daemon, settle  # noqa: E402
-from elastic_protocol.jobspec import JobSpec  # noqa: E402
-from elasticd.policies.base import Decision, Snapshot, Start  # noqa: E402
+from daemon_support import inprocess_daemon, settle
+from elastic_protocol.jobspec import JobSpec
+from elasticd.policies.base import Decision, Snapshot, Start
 
 
 class Broken:

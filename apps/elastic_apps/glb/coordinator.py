@@ -322,7 +322,7 @@ class Coordinator:
             except queue.Empty:
                 continue
             self.handle(msg)
-        total = self.place.problem.new_result()
+        total: Result = self.place.problem.new_result()
         total.reduce(self.departed)
         total.reduce(self.place.partial_result())
         for pid in sorted(self.results):

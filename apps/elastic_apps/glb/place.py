@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from elastic_apps.glb import messages as M
 from elastic_apps.glb.bag import Bag, Problem, Result
@@ -80,7 +80,7 @@ class LeaveOrder:
     old_members: frozenset[int]
 
 
-def fatal(message: str) -> None:
+def fatal(message: str) -> NoReturn:
     """End this process now: a lost place means lost work, so a wrong result is the only
     alternative. Place 0's exit ends the others (they see its connection close)."""
     print(f"glb: fatal: {message}", file=sys.stderr, flush=True)
@@ -348,7 +348,7 @@ class Place:
         self.done = True
 
     def partial_result(self) -> Result:
-        partial = self.problem.new_result()
+        partial: Result = self.problem.new_result()
         self.bag.submit(partial)
         return partial
 

@@ -28,6 +28,7 @@ import shutil
 import sys
 import threading
 from dataclasses import dataclass
+
 from mpi4py import MPI
 
 from elastic_apps.channel import JobChannel
@@ -44,7 +45,7 @@ class MpiHandler(MalleableHandler):
     the newest spawned; restart mode: the last ones) and are in `mpi.leaving_hosts`.
     """
 
-    mpi: "ElasticMPI"
+    mpi: ElasticMPI
 
     def pre_shrink(self, n: int) -> list[str]:
         return list(self.mpi.leaving_hosts)
@@ -63,7 +64,7 @@ class _Order:
 class _Relay(MalleableHandler):
     """On rank 0's order thread: hand the order to the safe point and wait for its outcome."""
 
-    def __init__(self, owner: "ElasticMPI") -> None:
+    def __init__(self, owner: ElasticMPI) -> None:
         self.owner = owner
 
     def _wait(self, order: _Order) -> _Order:
@@ -193,7 +194,7 @@ class ElasticMPI:
         self.group = len(self.groups)
         self._inter[self.group] = parent
         # Older merged communicators do not include this process; only the newest is ours.
-        self._merged = [MPI.COMM_NULL] * self.group + [merged]
+        self._merged = [MPI.COMM_NULL] * self.group + [merged]  # type: ignore[assignment]  # COMM_NULL placeholders, never used
         for i in range(index + 1, len(new)):
             self._spawn_one(new, i, continued)
         self.hosts = continued + new

@@ -1,0 +1,151 @@
+"""The project as a whole: CI runs what the README says, a clone needs nothing beside it,
+the import graph has no cycles and its layers point one way, optional extras say so when
+missing."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"elasticd": ROOT / "elasticd", "elastic_protocol": ROOT / "protocol" / "elastic_protocol",
+            "elastic_apps": ROOT / "apps" / "elastic_apps"}
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    blocks = re.findall(r"```sh\n(.*?)\n```", (ROOT / "README.md").read_text(), re.DOTALL)
+    test_command = blocks[1].strip()
+    assert "pytest" in test_command and "ruff check" in test_command and "mypy" in test_command
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip()]
+    assert ci[-1] == test_command
+
+
+def _project_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=30)
+    if listed.returncode == 0 and listed.stdout:
+        return [ROOT / p for p in listed.stdout.splitlines() if (ROOT / p).is_file()]
+    skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+    return [p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)]
+
+
+def test_no_file_of_the_project_reads_a_path_beside_the_clone() -> None:
+    here = Path(__file__).resolve()
+    outside = re.compile(r"\.\./shared|/work/shared|\.\./\.library")
+    found = []
+    for path in _project_files():
+        if path.suffix not in {".py", ".sh", ".toml", ".md", ".cfg", ".txt", ""} or path == here:
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if outside.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the project modules it imports at run time (TYPE_CHECKING blocks excluded)."""
+    modules: dict[str, Path] = {}
+    for pkg, root in PACKAGES.items():
+        for f in root.rglob("*.py"):
+            parts = [pkg, *f.relative_to(root).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for m, f in modules.items():
+        tree = ast.parse(f.read_text())
+        typing_only = {id(n) for node in ast.walk(tree)
+                       if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                       for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                target = resolve(name)
+                if target is not None and target != m:
+                    graph[m].add(target)
+    return graph
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = _imports()
+
+    def related(a: str, b: str) -> bool:  # a package and its own modules
+        return a.startswith(b + ".") or b.startswith(a + ".")
+
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for t in sorted(graph[m]):
+            if related(m, t):
+                continue
+            if state.get(t) == 1:
+                cycles.append(path[path.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+# Who may import whom: cli -> daemon / sim / experiments -> core / policies -> protocol.
+FORBIDDEN = {
+    "elasticd.core": ("elasticd.daemon", "elasticd.sim", "elasticd.cli", "elasticd.launch", "elasticd.experiments"),
+    "elasticd.policies": ("elasticd.daemon", "elasticd.sim", "elasticd.cli", "elasticd.launch", "elasticd.experiments"),
+    "elasticd.daemon": ("elasticd.cli", "elasticd.sim", "elasticd.experiments"),
+    "elasticd.sim": ("elasticd.cli", "elasticd.daemon", "elasticd.launch"),
+    "elasticd.experiments": ("elasticd.cli",),
+    "elasticd.launch": ("elasticd.cli", "elasticd.daemon", "elasticd.sim", "elasticd.core"),
+    "elastic_protocol": ("elasticd", "elastic_apps"),
+    "elastic_apps": ("elasticd",),
+}
+
+
+def test_layers_point_one_way() -> None:
+    wrong = []
+    for m, targets in _imports().items():
+        for layer, banned in FORBIDDEN.items():
+            if m == layer or m.startswith(layer + "."):
+                wrong += [f"{m} -> {t}" for t in targets if any(t == b or t.startswith(b + ".") for b in banned)]
+    assert wrong == []
+
+
+@pytest.mark.timeout(120)
+def test_without_the_plots_extra_sim_says_what_to_install_and_writes_the_rest(tmp_path: Path) -> None:
+    # A matplotlib that cannot be imported, as in an install without the [plots] extra.
+    fake = tmp_path / "site" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    trace = ROOT / "examples" / "traces" / "hpc2n-2002-subset.swf.gz"
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    r = subprocess.run([str(BIN / "elasticd"), "sim", str(trace), "--policy", "easy", "--malleable", "0",
+                        "--seeds", "1", "--workers", "1", "--out", str(out)],
+                       check=False, capture_output=True, text=True, env=env, timeout=110)
+    assert r.returncode == 0, r.stderr
+    assert "no plots: drawing plots needs matplotlib, which comes with an optional extra: " \
+           "pip install 'elastic-hpc[plots]'" in r.stderr
+    assert (out / "runs.csv").exists() and not list(out.glob("*.png"))
