@@ -458,3 +458,40 @@ def test_fabric_check_finds_every_node_ready_and_names_the_unreachable(vcluster:
     assert all(" ok " in lines[n] for n in NODES), r.stdout
     assert "FAILED" in lines["node4"] and "unreachable" in lines["node4"]
     assert "3 of 4 nodes ready; not ready: node4" in r.stdout
+
+
+# ---- the application is told what the daemon decided alone ---------------------------------------
+@pytest.mark.timeout(150)
+def test_after_a_node_fails_under_a_registered_job_the_app_is_told_its_hosts_and_can_grow_again(
+    vcluster: VCluster, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    d = None
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
+                           extra=["--node-timeout", "4", "--node-retry", "1", "--connect-timeout", "2"])
+        mall = d.submit(recorder_job(work, "{ min = 1, max = 3 }"))
+        info = d.wait_event(mall, "registered", timeout=30)
+        assert info["hosts"] == ["node1", "node2", "node3"]
+        d.wait_event(mall, "launched", timeout=30)  # started on every node, not only registered
+        set_link("node3", False)
+        d.wait_event(mall, "released", timeout=20)
+        events = work / "events.log"
+        # The library learnt it from the daemon, and told the handler.
+        assert wait_until(lambda: "hosts_changed node_failed node1,node2 lost=node3" in events.read_text(), 10), \
+            events.read_text()
+        set_link("node3", True)
+        assert wait_until(lambda: node_states(d)["node3"] == "idle", 30), node_states(d)
+        # A grow onto the returned node is accepted: the library's host list was true.
+        r = d.cli("elasticd", "resize", str(mall), "3")
+        assert r.returncode == 0, r.stderr
+        assert d.job(mall)["hosts"] == ["node1", "node2", "node3"]
+        assert "post_grow 1 node1,node2 node3" in events.read_text()
+        assert d.cli("ecancel", str(mall)).returncode == 0
+        d.wait([mall], timeout=30)
+    finally:
+        set_link("node3", True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()

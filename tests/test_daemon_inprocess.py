@@ -11,6 +11,7 @@ import pytest
 from daemon_support import inprocess_daemon, settle
 from elastic_protocol.jobspec import JobSpec
 from elasticd.core.events import PassDue
+from elasticd.errors import OrderRejected
 from elasticd.eventlog import LOG_FILE, read_log
 from elasticd.replay import replay
 
@@ -31,6 +32,11 @@ class Link:
     def send(self, line: bytes) -> bool:
         self.lines.append(line.decode().strip())
         return True
+
+    pending = False  # what a test says waits in the socket
+
+    def pending_input(self) -> bool:
+        return self.pending
 
 
 async def test_a_time_limit_ends_the_job_when_the_clock_reaches_start_plus_limit(tmp_path: Path) -> None:
@@ -61,6 +67,29 @@ async def test_an_unanswered_shrink_is_decided_at_its_deadline(tmp_path: Path) -
         assert job.order is None and job.hosts == ["node1", "node2"]
         assert [e.event for e in job.events][-2:] == ["deadline_missed", "shrunk"]
         assert launcher.running[jid] == {"node1", "node2"}
+        # The application is told: the order is void, and which hosts the job has now (the
+        # last of its list were taken); an answer it sends late is refused as expired.
+        order_id = int(link.lines[0].split("order=")[1].split()[0])
+        assert link.lines[-1] == f"hosts node1 node2 reason=deadline order={order_id}"
+        with pytest.raises(OrderRejected) as refused:
+            d.app_answer(jid, "shrunk", order_id, ["node3", "node4"], "node3 node4")
+        assert refused.value.code == "expired" and "the job's hosts are now: node1 node2" in str(refused.value)
+
+
+async def test_a_deadline_waits_for_an_answer_already_in_the_socket(tmp_path: Path) -> None:
+    async with inprocess_daemon(tmp_path / "state", order_deadline=30.0) as (d, clock, _launcher):
+        jid = d.submit(spec("m", {"min": 1, "max": 4}, kind="malleable"))
+        await settle()
+        link = Link()
+        link.pending = True  # the answer arrived while the daemon was paused, not read yet
+        d.app_register(jid, link)
+        d.resize(jid, 2)
+        order_id = int(link.lines[0].split("order=")[1].split()[0])
+        await clock.advance(31.0)
+        assert d.core.job(jid).order is not None, "the deadline fired before the waiting answer was read"
+        link.pending = False
+        d.app_answer(jid, "shrunk", order_id, ["node3", "node4"], "node3 node4")
+        assert "deadline_missed" not in [e.event for e in d.core.job(jid).events]
 
 
 async def test_a_burst_of_submissions_costs_one_policy_pass(tmp_path: Path) -> None:

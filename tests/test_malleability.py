@@ -271,9 +271,17 @@ def test_async_handler_methods_run_on_the_applications_event_loop(daemon: Runnin
 
 
 def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_as_rigid(daemon: RunningDaemon, workdir: Path) -> None:
-    jid = daemon.submit(recorder_job(workdir))
-    daemon.wait_event(jid, "registered")
-    secret = (workdir / "secret").read_text()
+    # A malleable job whose own processes never register: this connection is its leader.
+    jid = daemon.submit(write_job(workdir, "quiet", """
+        name = "quiet"
+        command = ["sh", "-c", "[ $ELASTIC_NODE_INDEX = 0 ] && echo $ELASTIC_JOB_SECRET > secret; sleep 60"]
+        nodes = { min = 1, max = 4 }
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "2"
+    """))
+    assert wait_until(lambda: (workdir / "secret").exists() and (workdir / "secret").read_text().strip() != "", 10)
+    secret = (workdir / "secret").read_text().strip()
     io = _app_socket(daemon)
     io.send_line(f"hello 1 {jid} {secret}".encode())
     assert io.read_line() == b"ok hello 1"
@@ -290,4 +298,5 @@ def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_
     assert r.returncode == 1 and "has not registered a handler" in r.stderr
     log = (daemon.state_dir / "daemon.log").read_text()
     assert "too many bad lines" in log
-    finish(daemon, workdir, jid)
+    assert daemon.cli("ecancel", str(jid)).returncode == 0
+    daemon.wait([jid], timeout=20)

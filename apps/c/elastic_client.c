@@ -6,6 +6,7 @@
  *   The leader (ELASTIC_NODE_INDEX=0, not joining) registers, obeys ORDERS shrink/grow
  *   orders (releasing its last hosts on a shrink), then deregisters, writes the file
  *   "finish" in its working directory and exits 0. Other processes wait for that file.
+ *   A `hosts` line (the daemon changed the job's hosts on its own) replaces its host list.
  */
 #include <netdb.h>
 #include <stdio.h>
@@ -34,9 +35,24 @@ static void read_line(char *buf) {
     buf[strcspn(buf, "\r\n")] = 0;
 }
 
+/* `hosts H... reason=R [order=ID]`: the daemon changed the job's hosts on its own (a node
+ * failed, a deadline passed); the list is the job's now. Returns 1 if LINE was one. */
+static int apply_hosts(char *line) {
+    if (strncmp(line, "hosts ", 6) != 0 && strcmp(line, "hosts") != 0) return 0;
+    char *copy = strdup(line), *reason = "?";
+    nhosts = 0;
+    strtok(copy, " ");
+    for (char *w = strtok(NULL, " "); w; w = strtok(NULL, " ")) {
+        if (strncmp(w, "reason=", 7) == 0) reason = w + 7;
+        else if (!strchr(w, '=') && nhosts < MAX_HOSTS) hosts[nhosts++] = w;
+    }
+    printf("elastic_client: the daemon set the job's hosts (%s): %d hosts\n", reason, nhosts);
+    return 1;
+}
+
 static void expect_ok(const char *verb) {
     char buf[MAX_LINE + 2];
-    read_line(buf);
+    do read_line(buf); while (apply_hosts(buf));  /* unsolicited lines may come before the reply */
     if (strncmp(buf, "ok ", 3) != 0) { fprintf(stderr, "elastic_client: %s: %s\n", verb, buf); exit(3); }
 }
 
@@ -86,6 +102,7 @@ int main(int argc, char **argv) {
 
     for (int done = 0; done < orders;) {
         read_line(line);
+        if (apply_hosts(line)) continue;
         char *words[MAX_HOSTS + 8];
         int n = 0;
         for (char *w = strtok(line, " "); w && n < MAX_HOSTS + 8; w = strtok(NULL, " ")) words[n++] = w;

@@ -30,13 +30,16 @@ from typing import Any, Self
 from elastic_apps.env import JobEnv, job_env
 from elastic_apps.errors import ChannelClosed, DaemonRefused, Defer, ElasticAppError, Refuse
 from elastic_apps.handler import MalleableHandler
+from elastic_protocol.appchannel import DAEMON_VERBS, UNSOLICITED_VERBS, parse, parse_count, parse_error
+from elastic_protocol.errors import MalformedMessage
+from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
 
 log = logging.getLogger("elastic_apps")
 
-PROTOCOL_VERSION = 1
-MAX_LINE = 8192
-_ORDER_VERBS = ("shrink", "grow")
+MAX_LINE = MAX_APP_LINE_BYTES
 _ANSWER_VERBS = ("shrunk", "grown", "refuse", "defer")
+# The daemon's answers to an answer that came too late: the order is gone, nothing to say more.
+_ORDER_GONE = ("expired", "unknown_order")
 
 
 def _reconnect_window() -> float:
@@ -136,11 +139,17 @@ class JobChannel:
         return self._order_idle.wait(self.timeout if timeout is None else timeout)
 
     def disable(self) -> None:
-        """Deregister for good before a final phase; waits for an order being handled."""
+        """Deregister for good before a final phase; waits for an order being handled.
+
+        Never fails a job that has done its work: a daemon that is gone, or refuses, is
+        logged, and the application goes on to write its results."""
         self.wait_idle()
         self._registered = False
-        self._request("deregister")
         self.handler = None
+        try:
+            self._request("deregister")
+        except (ChannelClosed, DaemonRefused) as exc:
+            log.warning("elastic: could not deregister (%s); going on without the daemon", exc)
 
     def request_grow(self, n: int) -> None:
         """Evolving jobs: ask for `n` more nodes; they arrive later as a grow order."""
@@ -201,11 +210,11 @@ class JobChannel:
         else:
             raise ChannelClosed("connection to the daemon lost twice during one request")
         if reply.startswith("error "):
-            _, code, *rest = reply.split(" ", 2)
+            code, text = parse_error(reply)
             if attempt and code == "unknown_order" and line.split(" ", 1)[0] in _ANSWER_VERBS:
                 # Its first sending reached the daemon before the connection dropped.
                 return "ok " + line.split(" ", 1)[0]
-            raise DaemonRefused(code, rest[0] if rest else "")
+            raise DaemonRefused(code, text)
         return reply
 
     def _exchange(self, line: str) -> str | None:
@@ -219,10 +228,19 @@ class JobChannel:
                 self._sock.sendall(line.encode("ascii") + b"\n")
             except OSError:
                 return None
-            try:
-                return self._replies.get(timeout=self.timeout)
-            except queue.Empty:
-                raise ChannelClosed(f"no reply to {line.split()[0]!r} within {self.timeout} s") from None
+            # No reply timeout fails the job: a daemon paused (a swapped or overloaded login
+            # node) answers when it runs again; a daemon gone closes the connection, and the
+            # reader thread then reconnects (the request is sent again) or gives up.
+            waited = 0.0
+            while True:
+                try:
+                    return self._replies.get(timeout=self.timeout)
+                except queue.Empty:
+                    if self._closed.is_set():
+                        raise ChannelClosed("connection to the daemon closed") from None
+                    waited += self.timeout
+                    log.warning("elastic: no reply to %r for %g s; the daemon may be paused; still waiting",
+                                line.split()[0], waited)
 
     def _wait_reconnected(self) -> bool:
         self._connected.wait(self.reconnect_for + self.timeout)
@@ -268,7 +286,7 @@ class JobChannel:
                 line = self._next_line(self._sock)
                 if line is None:
                     return
-                if line.split(" ", 1)[0] in _ORDER_VERBS:
+                if line.split(" ", 1)[0] in UNSOLICITED_VERBS:
                     self._order_idle.clear()
                     self._orders.put(line)
                 else:
@@ -333,14 +351,13 @@ class JobChannel:
                 reply = self._next_line(sock)
                 if reply is None:
                     raise OSError("connection closed during the handshake")
-                if reply.split(" ", 1)[0] in _ORDER_VERBS:
+                if reply.split(" ", 1)[0] in UNSOLICITED_VERBS:
                     self._order_idle.clear()
                     self._orders.put(reply)
                     continue
                 break
             if reply.startswith("error "):
-                _, code, *rest = reply.split(" ", 2)
-                raise DaemonRefused(code, rest[0] if rest else "")
+                raise DaemonRefused(*parse_error(reply))
         sock.settimeout(None)
 
     def _order_loop(self) -> None:
@@ -353,7 +370,9 @@ class JobChannel:
                     listener(line)
                 self._handle_order(line)
             except ChannelClosed:
-                return
+                if self._closed.is_set():
+                    return
+                log.warning("elastic: the connection dropped while handling %r", line)
             except Exception:
                 log.exception("elastic: handling order %r failed", line)
             finally:
@@ -369,11 +388,18 @@ class JobChannel:
         return fn(*args)
 
     def _handle_order(self, line: str) -> None:
-        words = line.split()
-        opts = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-        args = [w for w in words[1:] if "=" not in w]
-        order = opts.get("order", "0")
-        n = int(args[0])
+        try:
+            msg = parse(line.encode("ascii", "replace"), DAEMON_VERBS)
+            if msg.verb == "hosts":
+                self._hosts_changed(list(msg.args), msg.options.get("reason", ""), msg.options.get("order"))
+                return
+            n = parse_count(msg)
+        except MalformedMessage as exc:
+            log.error("elastic: unreadable line from the daemon %r: %s", line, exc)
+            return
+        words = [msg.verb, *msg.args]
+        args = list(msg.args)
+        order = msg.options.get("order", "0")
         h = self.handler
         if h is None:
             self._request(f"refuse order={order} no handler registered")
@@ -383,6 +409,17 @@ class JobChannel:
             self._answer_order(h, words[0], n, args, order)
         finally:
             self._current_order = None
+
+    def _hosts_changed(self, hosts: list[str], reason: str, order: str | None) -> None:
+        """The daemon changed the job's hosts on its own (a node failed, a deadline passed,
+        a grow could not be launched): the library's view follows, and the handler is told."""
+        lost = [x for x in self.hosts if x not in hosts]
+        log.warning("elastic: the daemon set the job's hosts to %s (%s%s)", " ".join(hosts), reason,
+                    f", order {order} void" if order else "")
+        self.hosts = list(hosts)
+        h = self.handler
+        if h is not None:
+            self._call(h.on_hosts_changed, list(hosts), lost, reason)
 
     def _answer_order(self, h: MalleableHandler, verb: str, n: int, args: list[str], order: str) -> None:
         try:
@@ -403,6 +440,11 @@ class JobChannel:
         except Defer as d:
             self._request(f"defer order={order} {d.seconds:g}")
         except DaemonRefused as exc:
+            if exc.code in _ORDER_GONE:
+                # Settled without this answer (a deadline passed): the daemon's `hosts`
+                # message, which follows, says what the job holds now.
+                log.warning("elastic: order %s was settled without this answer: %s", order, exc)
+                return
             log.error("elastic: the daemon refused the answer to order %s: %s", order, exc)
             self._request(f"refuse order={order} handler answer refused: {_one_line(exc.message)}")
         except ChannelClosed:

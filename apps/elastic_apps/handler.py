@@ -27,3 +27,11 @@ class MalleableHandler:
     def post_grow(self, n: int, continued_hosts: list[str], new_hosts: list[str]) -> None:
         """Integrate the processes on `new_hosts`; the grow is confirmed to the daemon when
         this returns, so return once they run and take part."""
+
+    def on_hosts_changed(self, hosts: list[str], lost_hosts: list[str], reason: str) -> None:
+        """The daemon changed the job's hosts without an answer from this application:
+        `reason` is `node_failed` (the hosts in `lost_hosts` are gone, with whatever ran
+        there), `deadline` (an order's deadline passed: for a shrink the daemon took the last
+        hosts of the job's list, for a grow it took the new hosts back), `launch_failed` (a
+        grow's processes could not be started) or `order_dropped`. `hosts` is what the job
+        holds now; the library's `hosts` already says so."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import select
 from typing import TYPE_CHECKING
 
 from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, parse_count
@@ -34,8 +35,24 @@ MAX_OUTBOUND_BYTES = 1 << 20
 class _Link:
     """One authenticated application connection; what the daemon sends orders through."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, reader: asyncio.StreamReader | None = None) -> None:
         self.writer = writer
+        self.reader = reader
+
+    def pending_input(self) -> bool:
+        """Has the application sent something not handled yet (read or still in the socket)?
+        A deadline checks this first: an answer that arrived in time wins over the timer
+        (after a pause of the daemon both are due at once)."""
+        if self.reader is not None and len(getattr(self.reader, "_buffer", b"")) > 0:
+            return True
+        sock = self.writer.get_extra_info("socket")
+        if sock is None or self.writer.is_closing():
+            return False
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def send(self, line: bytes) -> bool:
         if self.writer.is_closing():
@@ -60,7 +77,7 @@ class AppServer(LineServer):
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         d = self.daemon
-        link = _Link(writer)
+        link = _Link(writer, reader)
         job_id: int | None = None
         try:
             job_id = await self._hello(reader, writer, peer)
@@ -172,16 +189,23 @@ class AppServer(LineServer):
             job = d.core.job(job_id)
             if job.deregistered:
                 raise OrderRejected("deregistered", f"job {job_id} deregistered for good")
+            leader = d.app_links.get(job_id)
+            if leader is not None and leader is not link:
+                raise OrderRejected("already_registered",
+                                    f"job {job_id} is registered on another connection (one leader per job)")
             d.app_register(job_id, link)
             return "ok register"
         if verb == "deregister":
+            leader = d.app_links.get(job_id)
+            if leader is not None and leader is not link:
+                raise OrderRejected("not_registered", "only the registered connection may deregister")
             d.app_deregister(job_id)
             return "ok deregister"
         if verb in ("shrunk", "grown", "refuse", "defer"):
             order_id = _order_id(msg)
             if d.app_links.get(job_id) is not link:
                 raise OrderRejected("not_registered", "answers come from the registered connection")
-            text = " ".join(msg.args)
+            text = msg.text_without("order")
             d.app_answer(job_id, verb, order_id, list(msg.args), text)
             return f"ok {verb} order={order_id}"
         if verb == "resume":

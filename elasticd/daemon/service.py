@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from elastic_protocol.appchannel import grow_order, hosts_message, shrink_order
 from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__, defaults
@@ -107,6 +108,20 @@ class AppLink(Protocol):
 
     def send(self, line: bytes) -> bool: ...
 
+    def pending_input(self) -> bool: ...
+
+
+# Events by which the application itself set its hosts or settled its order: it knows.
+_APP_OWN = (ev.ShrinkAnswered, ev.GrowAnswered, ev.HostsReleased, ev.Registered, ev.OrderRefused, ev.OrderDeferred)
+# Why the daemon changed a job's hosts, or settled its order, on its own (`hosts reason=...`).
+_HOSTS_REASONS: dict[type, str] = {
+    ev.OrderDeadline: "deadline", ev.NodeDown: "node_failed", ev.HostsGone: "node_failed",
+    ev.JobLost: "node_failed", ev.LaunchFailed: "launch_failed", ev.OrderUndeliverable: "order_dropped",
+}
+# How many times a deadline waits for input already sent before it is applied, and how long.
+_DEADLINE_INPUT_WAITS = 40
+_DEADLINE_INPUT_STEP = 0.05
+
 
 class Daemon:
     def __init__(self, config: DaemonConfig, clock: Clock | None = None,
@@ -137,6 +152,14 @@ class Daemon:
             tag=state_tag(config.state_dir),
         )
         self.app_links: dict[int, AppLink] = {}
+        # What each registered application knows: its hosts, and the order it was sent.
+        self.app_hosts: dict[int, tuple[str, ...]] = {}
+        self.app_orders: dict[int, int] = {}
+        # Orders the daemon settled without the application's answer: a late answer is told so.
+        self.voided: dict[int, dict[int, str]] = {}
+        # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
+        self._hostfiles: dict[int, tuple[str, ...]] = {}
+        self._deadline_waits: dict[int, int] = {}
         # Job-scoped rendezvous values (put/get on the application channel).
         self.job_values: dict[int, dict[str, str]] = {}
         self.secret = new_secret()
@@ -473,19 +496,27 @@ class Daemon:
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
         self.app_links[job_id] = link
+        self.app_hosts.pop(job_id, None)  # set from the job at the Registered event
         self._do(ev.Registered(self.now(), job_id))
         self._schedule_soon()
 
     def app_deregister(self, job_id: int) -> None:
         self._do(ev.Unregistered(self.now(), job_id, final=True))
         self.app_links.pop(job_id, None)
+        self.app_hosts.pop(job_id, None)
+        self.app_orders.pop(job_id, None)
 
     def app_lost(self, job_id: int, link: AppLink) -> None:
         """The registered connection closed: the job runs on as rigid, an open order fails."""
         if self.app_links.get(job_id) is not link:
             return
         del self.app_links[job_id]
+        self.app_hosts.pop(job_id, None)
+        self.app_orders.pop(job_id, None)
         job = self.core.jobs.get(job_id)
+        if job is not None and job.state.holds_nodes:
+            log.warning("job %d: its registered connection closed; it runs on as rigid until it registers again",
+                        job_id)
         if job is None or not job.state.holds_nodes:
             return
         now = self.now()
@@ -511,6 +542,12 @@ class Daemon:
             except ValueError:
                 raise OrderRejected("malformed", f"defer: {text[:32]!r} is not a number of seconds") from None
             event = ev.OrderDeferred(now, job_id, order_id, seconds)
+        why = self.voided.get(job_id, {}).get(order_id)
+        if why is not None:
+            job = self.core.job(job_id)
+            held = " ".join(h for h in job.hosts if h not in job.leaving)
+            raise OrderRejected("expired", f"order {order_id} was settled without this answer ({why}); "
+                                f"the job's hosts are now: {held}")
         self._do(event)
         self._order_settled(order_id)
         self._notify()
@@ -525,6 +562,8 @@ class Daemon:
         job = self.core.job(job_id)
         order = job.order
         now = self.now()
+        if order is not None and not order.settled and order.order_id == order_id:
+            self.app_orders[job_id] = order_id  # it is handling it: settled without it, it is told
         if order is not None and not order.settled and order.order_id != order_id:
             log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
             self._order_settled(order.order_id)
@@ -532,6 +571,10 @@ class Daemon:
             self._notify()
             self._schedule_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
+        own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
+        foreign = [h for h in hosts if h not in own]
+        if foreign:
+            raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
         if order_id is None and hosts and sorted(hosts) != held:
             log.warning("job %d: the application says it runs on %s, the daemon has %s", job_id,
                         ",".join(hosts), ",".join(held))
@@ -541,6 +584,10 @@ class Daemon:
         self._schedule_soon()
 
     def app_release(self, job_id: int, hosts: list[str]) -> None:
+        job = self.core.job(job_id)
+        if job.hosts and job.hosts[0] in hosts:
+            raise OrderRejected("bad_hosts", f"release: {job.hosts[0]} is the job's first host, where its leader "
+                                "runs; it goes only with the job")
         self._do(ev.HostsReleased(self.now(), job_id, tuple(hosts)))
 
     def _schedule_soon(self) -> None:
@@ -619,6 +666,64 @@ class Daemon:
         if self.event_log is not None:
             self.event_log.add(event, actions)
         self._execute(actions)
+        self._tell_apps(event)
+
+    def _tell_apps(self, event: Event) -> None:
+        """Keep each job's own view true after an event: its hostfile rewritten when its hosts
+        changed, and a registered application sent `hosts H... reason=R [order=ID]` when the
+        daemon changed its hosts, or settled the order it was sent, on its own (a node
+        failed, a deadline passed, a grow could not be launched). What the application did
+        itself (its answers, its releases) it knows already."""
+        jid = getattr(event, "job_id", None)
+        ids = [jid] if isinstance(jid, int) else sorted(set(self.app_links) | set(self._hostfiles))
+        for j in ids:
+            job = self.core.jobs.get(j)
+            if job is None or not job.state.holds_nodes:
+                continue
+            # A grow's new hosts are the job's only once the application says it took them.
+            coming = set(job.order.new_hosts) if job.order is not None and not job.order.settled else set()
+            held = tuple(h for h in job.hosts if h not in job.leaving and h not in coming)
+            if isinstance(event, (ev.OrderRefused, ev.OrderDeadline, ev.LaunchFailed, ev.OrderUndeliverable)):
+                self._hostfiles.pop(j, None)  # a grow's launch may have written its new hosts there
+            self._rewrite_hostfile(j, held)
+            link = self.app_links.get(j)
+            if link is None:
+                continue
+            sent = self.app_orders.get(j)
+            open_id = job.order.order_id if job.order is not None and not job.order.settled else None
+            voided = sent is not None and open_id != sent
+            if voided:
+                self.app_orders.pop(j, None)
+            if isinstance(event, _APP_OWN) or j not in self.app_hosts:
+                self.app_hosts[j] = held
+                continue
+            if held == self.app_hosts[j] and not voided:
+                continue
+            reason = _HOSTS_REASONS.get(type(event), "daemon")
+            self.app_hosts[j] = held
+            line = hosts_message(held, reason, sent if voided else None).encode().decode()
+            if voided and sent is not None:
+                marks = self.voided.setdefault(j, {})
+                marks[sent] = reason
+                while len(marks) > 16:
+                    del marks[next(iter(marks))]
+            log.info("job %d: told the application: %s", j, line)
+            link.send(line.encode() + b"\n")
+
+    def _rewrite_hostfile(self, job_id: int, held: tuple[str, ...]) -> None:
+        """ELASTIC_HOSTFILE lists the job's hosts now, after every change (written at launch)."""
+        if self._hostfiles.get(job_id) == held:
+            return
+        path = self._job_dir(job_id) / "hostfile"
+        if job_id not in self._hostfiles and not path.exists():
+            return
+        self._hostfiles[job_id] = held
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(f"{h}\n" for h in held))
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("job %d: cannot rewrite its hostfile: %s", job_id, exc)
 
     def _log_start(self) -> None:
         """Open the log's segment for this daemon start: what a replay needs to build the
@@ -654,8 +759,7 @@ class Daemon:
                 self._arm_limit(a)
 
     def _send_order(self, a: SendOrder) -> None:
-        from elastic_protocol.appchannel import grow_order, shrink_order
-
+        
         msg = (
             shrink_order(a.count, a.order_id, a.deadline_s)
             if a.kind is OrderKind.SHRINK
@@ -667,6 +771,7 @@ class Daemon:
             self._do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
             self._schedule_soon()
             return
+        self.app_orders[a.job_id] = a.order_id
         self._timers.orders[a.order_id] = self.clock.call_at(
             self.now() + a.deadline_s, self._order_deadline, a.job_id, a.order_id
         )
@@ -674,6 +779,16 @@ class Daemon:
 
     def _order_deadline(self, job_id: int, order_id: int) -> None:
         self._timers.orders.pop(order_id, None)
+        link = self.app_links.get(job_id)
+        waited = self._deadline_waits.get(order_id, 0)
+        if link is not None and waited < _DEADLINE_INPUT_WAITS and link.pending_input():
+            # What the application sent before the deadline is handled first (after a pause
+            # of the daemon the deadline and the answer are both due at once).
+            self._deadline_waits[order_id] = waited + 1
+            self._timers.orders[order_id] = self.clock.call_at(
+                self.now() + _DEADLINE_INPUT_STEP, self._order_deadline, job_id, order_id)
+            return
+        self._deadline_waits.pop(order_id, None)
         log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
         self._do(ev.OrderDeadline(self.now(), job_id, order_id))
         self._notify()
@@ -805,6 +920,8 @@ class Daemon:
 
     def _job_ended(self, job_id: int) -> None:
         self._outputs.pop(job_id, None)
+        for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles):
+            table.pop(job_id, None)
         handle = self._timers.limits.pop(job_id, None)
         if handle is not None:
             handle.cancel()

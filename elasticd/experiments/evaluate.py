@@ -32,7 +32,7 @@ from elasticd.sim.workload import MalleabilityRule
 # `fit` schedules evolving jobs' declared evolutions and has none here) and the bases.
 SEED_POLICIES = ("malleable", "min", "avg", "pref", "keeppref", "mebf-basic-handoff", "mebf-basic-spare",
                  "mebf-basic-intensive", "sd")
-DEFAULT_POLICIES = ("easy", "conservative", *SEED_POLICIES)
+DEFAULT_POLICIES = ("easy", "conservative", *SEED_POLICIES, "payoff")  # payoff: elastic's own
 DEFAULT_FRACTIONS = tuple(f / 100 for f in range(0, 101, 20))
 REPORTED = ("mean_turnaround", "mean_wait", "mean_bounded_slowdown", "utilization", "timeouts",
             "shrinks_per_job", "expands_per_job")

@@ -248,6 +248,9 @@ class _SSHJob:
     procs: dict[str, _RemoteProc] = field(default_factory=dict)
     starting: int = 0
     done: bool = False
+    # Ended (cancel, limit, failure) while some of its processes were still being started:
+    # those are ended as soon as they exist, or they would run on untracked.
+    terminating: bool = False
 
 
 class SSHLauncher:
@@ -369,6 +372,8 @@ class SSHLauncher:
             early = self._early_exits.pop(p.token, None)
             if early is not None:
                 p.finished, p.code, p.signal = True, early[0], early[1]
+        if job.terminating:
+            await self._end_procs([p for p in started if not p.finished], 0.0, self.kill_wait)
         self._maybe_done(job)
 
     async def _spawn_one(self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path) -> _RemoteProc:
@@ -420,6 +425,7 @@ class SSHLauncher:
         job = self._jobs.get(job_id)
         if job is None:
             return
+        job.terminating = True
         await self._end_procs([job.procs[h] for h in hosts if h in job.procs], 0.0, self.kill_wait)
         self._maybe_done(job)
 

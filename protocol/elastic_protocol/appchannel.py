@@ -29,7 +29,9 @@ APP_VERBS = {
 }
 
 # Messages the daemon may send.
-DAEMON_VERBS = {"ok", "error", "shrink", "grow", "pong"}
+DAEMON_VERBS = {"ok", "error", "shrink", "grow", "hosts", "pong"}
+# The ones it sends unasked (every other line answers the application's last message).
+UNSOLICITED_VERBS = {"shrink", "grow", "hosts"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,13 @@ class Message:
     verb: str
     args: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
+    # The line after the verb, as sent (a refuse reason keeps its key=value words); not part
+    # of what the message is, so a parsed message equals the one it was encoded from.
+    text: str = field(default="", compare=False)
+
+    def text_without(self, *keys: str) -> str:
+        """`text` less the given options' tokens: a free-text reason beside `order=ID`."""
+        return " ".join(t for t in self.text.split() if t.partition("=")[0] not in keys or "=" not in t)
 
     def encode(self) -> bytes:
         parts = [self.verb, *self.args, *(f"{k}={v}" for k, v in self.options.items())]
@@ -68,7 +77,8 @@ def parse(line: bytes, verbs: set[str]) -> Message:
             options[k] = v
         else:
             args.append(tok)
-    return Message(verb, tuple(args), options)
+    rest = text.strip().split(None, 1)
+    return Message(verb, tuple(args), options, rest[1] if len(rest) > 1 else "")
 
 
 def parse_count(msg: Message, index: int = 0) -> int:
@@ -92,6 +102,19 @@ def grow_order(hosts: list[str], order_id: int, deadline_s: float) -> Message:
     return Message(
         "grow", (str(len(hosts)), *hosts), {"order": str(order_id), "deadline": f"{deadline_s:g}"}
     )
+
+
+def hosts_message(hosts: list[str] | tuple[str, ...], reason: str, order_id: int | None = None) -> Message:
+    """The job's hosts, sent unasked when the daemon changed them (or settled the order the
+    application was handling) without the application's answer."""
+    options = {"reason": reason, **({"order": str(order_id)} if order_id is not None else {})}
+    return Message("hosts", tuple(hosts), options)
+
+
+def parse_error(line: str) -> tuple[str, str]:
+    """`error CODE text` -> (CODE, text)."""
+    _, code, *rest = line.split(" ", 2)
+    return code, rest[0] if rest else ""
 
 
 def error_line(code: str, message: str) -> bytes:

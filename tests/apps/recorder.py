@@ -1,7 +1,8 @@
 """A test application: records every handler call and is steered through files in its
 working directory, so tests can drive it step by step.
 
-MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink
+MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink (SLOW s);
+CHANNEL_TIMEOUT (env): the library's reply timeout.
 Files the test creates: `finish` (everyone exits), `disable` (leader deregisters),
 `request-N` (leader asks for N nodes), `release-HOST` (leader releases HOST).
 """
@@ -52,6 +53,9 @@ class Recorder(MalleableHandler):
     def post_grow(self, n: int, continued_hosts: list[str], new_hosts: list[str]) -> None:
         log(f"post_grow {n} {','.join(continued_hosts)} {','.join(new_hosts)}")
 
+    def on_hosts_changed(self, hosts: list[str], lost_hosts: list[str], reason: str) -> None:
+        log(f"hosts_changed {reason} {','.join(hosts)} lost={','.join(lost_hosts)}")
+
 
 def main() -> int:
     env = job_env()
@@ -60,7 +64,7 @@ def main() -> int:
         while not (here / "finish").exists():
             time.sleep(0.02)
         return 0
-    job = JobChannel.connect(env)
+    job = JobChannel.connect(env, timeout=float(os.environ.get("CHANNEL_TIMEOUT", "30")))
     (here / "secret").write_text(env.secret)
     job.register(Recorder(job))
     log("registered")

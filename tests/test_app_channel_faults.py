@@ -1,0 +1,165 @@
+"""The application channel under faults, through a real daemon and the real client library
+(tests/apps/recorder.py): one leader per job, deadlines the application is told of, hosts
+the application always knows, a paused daemon that fails nothing, and input that arrived
+before a deadline handled before it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from elastic_protocol.framing import LineSocket
+
+RECORDER = Path(__file__).parent / "apps" / "recorder.py"
+
+
+def recorder(folder: Path, mode: str = "normal", **env: str) -> Path:
+    more = "".join(f', {k} = "{v}"' for k, v in env.items())
+    return write_job(folder, "rec", f'''
+        name = "recorder"
+        command = ["{sys.executable}", "{RECORDER}"]
+        nodes = {{ min = 1, max = 4 }}
+        kind = "malleable"
+        working_dir = "."
+        env = {{ MODE = "{mode}"{more} }}
+        time_limit = "2"
+    ''')
+
+
+def app_log(folder: Path) -> list[str]:
+    p = folder / "events.log"
+    return p.read_text().splitlines() if p.exists() else []
+
+
+class Raw:
+    """A second connection of the job, as another of its processes (or a buggy client) opens."""
+
+    def __init__(self, d: RunningDaemon, folder: Path, job_id: int) -> None:
+        assert wait_until(lambda: (folder / "secret").exists(), 10)
+        s = socket.create_connection((d.record.app_host, d.record.app_port), timeout=10)
+        self.lines = LineSocket(s, 8192)
+        assert self.ask(f"hello 1 {job_id} {(folder / 'secret').read_text()}") == "ok hello 1"
+
+    def ask(self, line: str) -> str:
+        self.lines.send_line(line.encode())
+        reply = self.lines.read_line()
+        assert reply is not None, f"closed after {line!r}"
+        return reply.decode()
+
+    def close(self) -> None:
+        self.lines.close()
+
+
+@pytest.fixture
+def quick(tmp_path: Path) -> Iterator[RunningDaemon]:
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "2"])
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
+
+
+def test_one_leader_a_second_register_is_refused_and_only_the_leader_deregisters(
+    daemon: RunningDaemon, workdir: Path
+) -> None:
+    jid = daemon.submit(recorder(workdir))
+    daemon.wait_event(jid, "registered")
+    other = Raw(daemon, workdir, jid)
+    try:
+        assert other.ask("register").startswith("error already_registered ")
+        assert other.ask("deregister").startswith("error not_registered only the registered connection")
+        # The job's first host runs its leader: it cannot be released.
+        assert other.ask("release node1").startswith("error bad_hosts release: node1 is the job's first host")
+        # resume names the job's own hosts only.
+        assert other.ask("resume node1 node9") == "error bad_hosts resume: not hosts of job 1: node9"
+        assert daemon.job(jid)["nodes"] == 4 and "deregistered" not in daemon.events(jid)
+    finally:
+        other.close()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)
+    assert daemon.job(jid)["state"] == "COMPLETED"
+
+
+def test_a_missed_deadline_is_told_to_the_application_with_the_hosts_taken_and_its_late_answer_refused(
+    quick: RunningDaemon, workdir: Path
+) -> None:
+    d = quick
+    jid = d.submit(recorder(workdir, "slow_shrink", SLOW="4"))
+    d.wait_event(jid, "registered")
+    assert d.cli("elasticd", "resize", str(jid), "3", "--no-wait").returncode == 0
+    d.wait_event(jid, "deadline_missed", timeout=10)
+    # The documented rule: the last hosts of the job's list go.
+    assert wait_until(lambda: d.job(jid)["hosts"] == ["node1", "node2", "node3"], 10), d.job(jid)["hosts"]
+    assert wait_until(lambda: any(ln.startswith("hosts_changed") for ln in app_log(workdir)), 10), app_log(workdir)
+    assert "hosts_changed deadline node1,node2,node3 lost=node4" in app_log(workdir)
+    log = (d.state_dir / "daemon.log").read_text()
+    assert "told the application: hosts node1 node2 node3 reason=deadline order=1" in log
+    # Its answer, sent after the deadline, was refused as expired (not taken for a new shrink).
+    assert wait_until(lambda: "expired" in (d.state_dir / "daemon.log").read_text(), 10)
+    (workdir / "finish").touch()
+    d.wait([jid], timeout=20)
+    assert d.job(jid)["state"] == "COMPLETED"
+    assert app_log(workdir)[-1] == "finished hosts=node1,node2,node3"
+
+
+def test_a_daemon_paused_past_every_client_timeout_fails_nothing_and_takes_the_answer_sent_meanwhile(
+    tmp_path: Path
+) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "3"])
+    try:
+        # A library that waits 1 s for a reply; the daemon stops for far longer.
+        jid = d.submit(recorder(workdir, "slow_shrink", SLOW="1", CHANNEL_TIMEOUT="1"))
+        d.wait_event(jid, "registered")
+        assert d.cli("elasticd", "resize", str(jid), "3", "--no-wait").returncode == 0
+        assert wait_until(lambda: "pre_shrink 1" in app_log(workdir), 10)
+        os.kill(d.record.pid, signal.SIGSTOP)
+        try:
+            time.sleep(5)  # the pause itself is what is tested: past the 3 s deadline and the 1 s timeout
+        finally:
+            os.kill(d.record.pid, signal.SIGCONT)
+        # The answer that waited in the socket wins over the deadline that fell due meanwhile.
+        info = d.wait_event(jid, "shrunk", timeout=10)
+        assert info["nodes"] == 3
+        assert "deadline_missed" not in d.events(jid)
+
+        # The job ends its work while the daemon is paused again: its deregistration waits,
+        # and the job still ends COMPLETED, not FAILED.
+        os.kill(d.record.pid, signal.SIGSTOP)
+        try:
+            (workdir / "disable").touch()
+            # The recorder takes the file away, then deregisters: that waits on the daemon.
+            assert wait_until(lambda: not (workdir / "disable").exists(), 10)
+            (workdir / "finish").touch()
+            time.sleep(4)  # longer than the library's 1 s reply timeout
+        finally:
+            os.kill(d.record.pid, signal.SIGCONT)
+        d.wait([jid], timeout=20)
+        info = d.job(jid)
+        assert info["state"] == "COMPLETED", (info, app_log(workdir))
+        assert "disabled" in app_log(workdir)
+    finally:
+        os.kill(d.record.pid, signal.SIGCONT)
+        stop_daemon(d.record)
+
+
+def test_the_hostfile_follows_every_size_change(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = daemon.submit(recorder(workdir))
+    daemon.wait_event(jid, "registered")
+    hostfile = daemon.state_dir / "jobs" / str(jid) / "hostfile"
+    assert hostfile.read_text().split() == ["node1", "node2", "node3", "node4"]
+    assert daemon.cli("elasticd", "resize", str(jid), "2").returncode == 0
+    assert wait_until(lambda: hostfile.read_text().split() == ["node1", "node2"], 10), hostfile.read_text()
+    assert daemon.cli("elasticd", "resize", str(jid), "3").returncode == 0
+    assert wait_until(lambda: hostfile.read_text().split() == ["node1", "node2", "node3"], 10), hostfile.read_text()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)
