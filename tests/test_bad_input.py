@@ -111,6 +111,19 @@ def test_invalid_spec_sent_directly_is_rejected_by_the_daemon_itself(daemon: Run
     assert_daemon_kept(daemon, kept_job)
 
 
+def test_a_relative_working_dir_on_the_control_channel_is_refused_not_resolved_by_the_daemon(
+    daemon: RunningDaemon, kept_job: int
+) -> None:
+    with daemon.client() as c:
+        io = c._io
+        io.send_line(json.dumps({"op": "submit", "spec": {"name": "x", "command": ["true"], "nodes": 1,
+                                                          "working_dir": "data/run1"}}).encode())
+        reply = json.loads(io.read_line())
+    assert reply["ok"] is False and reply["error"]["code"] == "bad_request"
+    assert "working_dir 'data/run1' is relative: send an absolute path" in reply["error"]["message"]
+    assert_daemon_kept(daemon, kept_job)
+
+
 def raw_connect(rec: DaemonRecord) -> LineSocket:
     s = socket.create_connection((rec.control_host, rec.control_port), timeout=10)
     return LineSocket(s, MAX_LINE_BYTES * 2)

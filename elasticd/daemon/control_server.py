@@ -153,6 +153,11 @@ class ControlServer(LineServer):
         if isinstance(req, Submit):
             if d.stopping:
                 return _error("stopping", "the daemon is stopping")
+            wd = req.spec.working_dir
+            if wd is not None and not os.path.isabs(wd):
+                # The daemon does not know the submitter's directory: clients resolve it.
+                return _error("bad_request", f"working_dir {wd!r} is relative: send an absolute path "
+                              "(esubmit resolves it against the job file's folder)")
             return _ok({"job_id": d.submit(req.spec)})
         if isinstance(req, Cancel):
             results: dict[str, str | None] = {}
