@@ -5,6 +5,7 @@ before a deadline handled before it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -163,3 +164,29 @@ def test_the_hostfile_follows_every_size_change(daemon: RunningDaemon, workdir: 
     assert wait_until(lambda: hostfile.read_text().split() == ["node1", "node2", "node3"], 10), hostfile.read_text()
     (workdir / "finish").touch()
     daemon.wait([jid], timeout=20)
+
+
+def test_a_grows_process_that_dies_at_start_voids_the_grow_at_once_and_its_grown_is_refused(
+    daemon: RunningDaemon, workdir: Path
+) -> None:
+    jid = daemon.submit(recorder(workdir, "slow_grow", SLOW="3", CRASH_JOINING="1"))
+    daemon.wait_event(jid, "registered")
+    assert daemon.cli("elasticd", "resize", str(jid), "2").returncode == 0
+    r = daemon.cli("elasticd", "resize", str(jid), "3")
+    # The grow is void as soon as its process died: the resize says why, naming the exit.
+    assert r.returncode == 1, r.stdout
+    assert "the process started on node3 for the grow exited 3:0 before the application took it" in r.stderr
+    info = daemon.job(jid)
+    assert info["hosts"] == ["node1", "node2"] and info["state"] == "RUNNING"
+    # Its host went back at once, and the application was told.
+    assert wait_until(lambda: any(ln.startswith("hosts_changed launch_failed node1,node2") for ln in app_log(workdir)),
+                      10), app_log(workdir)
+    assert wait_until(lambda: "expired" in (daemon.state_dir / "daemon.log").read_text(), 10)
+    def node3() -> str:
+        doc = json.loads(daemon.cli("elasticd", "status", "--json").stdout)
+        return str({n["name"]: n["state"] for n in doc["nodes"]}["node3"])
+
+    assert wait_until(lambda: node3() == "idle", 10), node3()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)
+    assert daemon.job(jid)["state"] == "COMPLETED"

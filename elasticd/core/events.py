@@ -233,10 +233,12 @@ class OrderDeadline(_Event):
 
 @dataclass(frozen=True, slots=True)
 class OrderUndeliverable(_Event):
-    """The application's connection was gone when the order was to be sent or answered."""
+    """The application's connection was gone when the order was to be sent or answered, or
+    (`why`) a grow's new process died before the application took it."""
 
     job_id: int
     order_id: int
+    why: str = ""
     cause: ClassVar[Cause] = Cause.FAULT
 
 

@@ -118,6 +118,11 @@ _HOSTS_REASONS: dict[type, str] = {
     ev.OrderDeadline: "deadline", ev.NodeDown: "node_failed", ev.HostsGone: "node_failed",
     ev.JobLost: "node_failed", ev.LaunchFailed: "launch_failed", ev.OrderUndeliverable: "order_dropped",
 }
+def _host_launcher(launcher: object) -> object:
+    """The launcher that starts per-host processes (the MPI launcher wraps one)."""
+    return getattr(launcher, "base", launcher)
+
+
 # How many times a deadline waits for input already sent before it is applied, and how long.
 _DEADLINE_INPUT_WAITS = 40
 _DEADLINE_INPUT_STEP = 0.05
@@ -151,6 +156,9 @@ class Daemon:
             options=config.launcher_options,
             tag=state_tag(config.state_dir),
         )
+        base = _host_launcher(self.launcher)
+        if hasattr(base, "on_join_failed"):
+            base.on_join_failed = self._on_join_failed
         self.app_links: dict[int, AppLink] = {}
         # What each registered application knows: its hosts, and the order it was sent.
         self.app_hosts: dict[int, tuple[str, ...]] = {}
@@ -550,6 +558,25 @@ class Daemon:
                                 f"the job's hosts are now: {held}")
         self._do(event)
         self._order_settled(order_id)
+        if isinstance(event, ev.GrowAnswered):
+            confirm = getattr(_host_launcher(self.launcher), "confirm_joined", None)
+            if confirm is not None:
+                confirm(job_id, tuple(hosts))
+        self._notify()
+        self._schedule_soon()
+
+    def _on_join_failed(self, job_id: int, host: str, code: int, sig: int) -> None:
+        """A process started for a grow died before the application took it: the grow is
+        void, its hosts go back at once, and the application is told (its `grown` would be
+        refused as expired)."""
+        job = self.core.jobs.get(job_id)
+        order = job.order if job is not None else None
+        if order is None or order.settled or order.kind is not OrderKind.GROW or host not in order.new_hosts:
+            return
+        why = f"the process started on {host} for the grow exited {code}:{sig} before the application took it"
+        log.warning("job %d: order %d: %s", job_id, order.order_id, why)
+        self._order_settled(order.order_id)
+        self._do(ev.OrderUndeliverable(self.now(), job_id, order.order_id, why=why))
         self._notify()
         self._schedule_soon()
 
@@ -700,6 +727,8 @@ class Daemon:
             if held == self.app_hosts[j] and not voided:
                 continue
             reason = _HOSTS_REASONS.get(type(event), "daemon")
+            if isinstance(event, ev.OrderUndeliverable) and event.why:
+                reason = "launch_failed"
             self.app_hosts[j] = held
             line = hosts_message(held, reason, sent if voided else None).encode().decode()
             if voided and sent is not None:

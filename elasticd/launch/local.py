@@ -106,6 +106,7 @@ class _HostProc:
     status_file: Path
     returncode: int | None = None
     released: bool = False  # reclaimed by a shrink: its exit does not count for the job
+    joining: bool = False  # started by a grow the application has not confirmed yet
     _waiter: asyncio.Future[int] | None = None
 
     async def wait(self) -> int:
@@ -196,6 +197,9 @@ class LocalLauncher:
                  tag: str = "") -> None:
         self.on_exit = on_exit
         self.on_hosts_gone = on_hosts_gone
+        # Told (job, host, code, signal) when a grow's process exits before the application
+        # confirmed the grow (the daemon sets it: the grow is then void).
+        self.on_join_failed: Callable[[int, str, int, int], object] | None = None
         self.kill_wait = kill_wait
         self._jobs: dict[int, _LocalJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -232,8 +236,17 @@ class LocalLauncher:
         finally:
             job.starting -= 1
         for hp in started:
+            hp.joining = req.joining
             job.procs[hp.host] = hp
             self._spawn(self._watch(job, hp))
+
+    def confirm_joined(self, job_id: int, hosts: tuple[str, ...]) -> None:
+        """The application took the grow's processes: their exits are the job's from now on."""
+        job = self._jobs.get(job_id)
+        for h in hosts:
+            hp = job.procs.get(h) if job is not None else None
+            if hp is not None:
+                hp.joining = False
 
     async def _start_one(
         self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path
@@ -315,6 +328,11 @@ class LocalLauncher:
 
     async def _watch(self, job: _LocalJob, hp: _HostProc) -> None:
         await hp.wait()
+        if hp.joining and not hp.released and self.on_join_failed is not None:
+            # A grow's process that died before the application took it: the grow is void.
+            hp.joining = False
+            code, sig = _job_exit([hp])
+            await call_back(self.on_join_failed, job.job_id, hp.host, code, sig)
         if job.done or job.starting or any(p.returncode is None for p in job.procs.values()):
             return
         job.done = True

@@ -240,6 +240,7 @@ class _RemoteProc:
     signal: int | None = None
     lost: bool = False  # its node went down: its fate is unknown
     released: bool = False  # reclaimed by a shrink: its exit does not count for the job
+    joining: bool = False  # started by a grow the application has not confirmed yet
 
 
 @dataclass
@@ -265,6 +266,9 @@ class SSHLauncher:
         tag: str = "",
     ) -> None:
         self.on_exit = on_exit
+        # Told (job, host, code, signal) when a grow's process exits before the application
+        # confirmed the grow (the daemon sets it: the grow is then void).
+        self.on_join_failed: Callable[[int, str, int, int], object] | None = None
         # What every job process carries (ELASTIC_TAG=tag/job/host) to be found on its node
         # after a daemon restart, when nothing else tracks it (elasticd.launch.contain).
         self.tag = tag
@@ -368,10 +372,12 @@ class SSHLauncher:
                 raise LaunchError(f"{h}: {exc}" if not isinstance(exc, LaunchError) else str(exc))
             raise exc
         for p in started:
+            p.joining = req.joining
             job.procs[p.host] = p
             early = self._early_exits.pop(p.token, None)
             if early is not None:
                 p.finished, p.code, p.signal = True, early[0], early[1]
+                self._join_failed(job, p)
         if job.terminating:
             await self._end_procs([p for p in started if not p.finished], 0.0, self.kill_wait)
         self._maybe_done(job)
@@ -532,7 +538,21 @@ class SSHLauncher:
             return
         self._finished(p, code, sig)
         if job is not None:
+            self._join_failed(job, p)
             self._maybe_done(job)
+
+    def _join_failed(self, job: _SSHJob, p: _RemoteProc) -> None:
+        if p.joining and not p.released and self.on_join_failed is not None:
+            p.joining = False
+            self._spawn(call_back(self.on_join_failed, job.job_id, p.host, p.code or 0, p.signal or 0))
+
+    def confirm_joined(self, job_id: int, hosts: tuple[str, ...]) -> None:
+        """The application took the grow's processes: their exits are the job's from now on."""
+        job = self._jobs.get(job_id)
+        for h in hosts:
+            p = job.procs.get(h) if job is not None else None
+            if p is not None:
+                p.joining = False
 
     async def _recheck(self, host: str) -> None:
         """The watch channel closed while the node was up: reconnect, or declare it down."""

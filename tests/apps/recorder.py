@@ -1,7 +1,8 @@
 """A test application: records every handler call and is steered through files in its
 working directory, so tests can drive it step by step.
 
-MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink (SLOW s);
+MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s);
+CRASH_JOINING (env): processes started by a grow exit 3 at once;
 CHANNEL_TIMEOUT (env): the library's reply timeout.
 Files the test creates: `finish` (everyone exits), `disable` (leader deregisters),
 `request-N` (leader asks for N nodes), `release-HOST` (leader releases HOST).
@@ -52,6 +53,8 @@ class Recorder(MalleableHandler):
 
     def post_grow(self, n: int, continued_hosts: list[str], new_hosts: list[str]) -> None:
         log(f"post_grow {n} {','.join(continued_hosts)} {','.join(new_hosts)}")
+        if MODE == "slow_grow":
+            time.sleep(float(os.environ.get("SLOW", "2")))
 
     def on_hosts_changed(self, hosts: list[str], lost_hosts: list[str], reason: str) -> None:
         log(f"hosts_changed {reason} {','.join(hosts)} lost={','.join(lost_hosts)}")
@@ -59,6 +62,8 @@ class Recorder(MalleableHandler):
 
 def main() -> int:
     env = job_env()
+    if env.joining and os.environ.get("CRASH_JOINING"):
+        return 3  # a process started by a grow that dies at once
     (here / f"pid-{env.host}{'-joining' if env.joining else ''}").write_text(str(os.getpid()))
     if not env.is_leader:
         while not (here / "finish").exists():
