@@ -85,7 +85,7 @@ def wait_running(client: ControlClient, job_ids: list[int], timeout: float = 20.
         states = {j["job_id"]: j["state"] for j in jobs}
         if all(s == "RUNNING" for s in states.values()):
             return
-        bad = {j: s for j, s in states.items() if s not in ("PENDING", "RUNNING")}
+        bad = {j: s for j, s in states.items() if s not in ("PENDING", "CONFIGURING", "RUNNING")}
         if bad:
             raise RuntimeError(f"job(s) ended instead of running: {bad}")
         if time.monotonic() > deadline:

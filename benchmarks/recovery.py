@@ -71,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
 
         os.kill(d.pid, signal.SIGKILL)
         psutil.Process(d.pid).wait(10)
-        log_mark = (d.state_dir / "daemon.log").stat().st_size
         t0 = time.perf_counter()
         record = start_detached(d.state_dir, local=args.nodes, policy="easy", kill_wait=1.0)
         t_listen = time.perf_counter() - t0
@@ -80,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 counts = c.request(Status())["jobs_by_state"]
                 t_all = time.perf_counter() - t0
                 state = c.request(Queue(job_ids=[blocker]))["jobs"][0]["state"]
-            log = (d.state_dir / "daemon.log").read_text()[log_mark:].splitlines()
+            # The restart rotated the log: daemon.log is the new daemon's own.
+            log = (d.state_dir / "daemon.log").read_text().splitlines()
             restored = next(ln for ln in log if "journal: recovered" in ln)
             pending = counts.get("PENDING", 0)
             print(f"  after SIGKILL: new daemon answering in {t_listen:.2f} s, every job back in {t_all:.2f} s "
