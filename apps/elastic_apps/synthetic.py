@@ -20,7 +20,7 @@ import time
 
 from elastic_apps.channel import JobChannel
 from elastic_apps.env import job_env
-from elastic_apps.errors import ElasticAppError
+from elastic_apps.errors import ElasticAppError, NotInJob
 from elastic_apps.handler import MalleableHandler
 from elastic_protocol.models import ReconfigCost, SpeedupModel, WorkProgress, parse_speedup
 
@@ -166,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step", type=float, default=0.5, help="longest sleep between progress checks (s)")
     p.add_argument("--rigid", action="store_true", help="never register: run as a rigid job")
     args = p.parse_args(argv)
-    env = job_env()
+    try:
+        env = job_env()
+    except NotInJob as exc:
+        # Run by hand: say what it is for, not a traceback.
+        print(f"elastic-synthetic: {exc}; it is started as a job's command (see README: Submit, watch, cancel)",
+              file=sys.stderr)
+        return 2
     return run_leader(args) if env.is_leader else run_worker(args)
 
 

@@ -6,12 +6,14 @@ import argparse
 import sys
 
 from elastic_protocol.control import Cancel
+from elasticd import __version__
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ecancel", description="Cancel elastic jobs.")
+    p.add_argument("--version", action="version", version=f"ecancel {__version__}")
     p.add_argument("job_ids", nargs="+", type=int, metavar="ID")
     add_state_dir(p)
     args = p.parse_args(argv)

@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
     rz.add_argument("job_id", type=int)
-    rz.add_argument("nodes", type=int)
+    rz.add_argument("nodes", type=_count, help="the node count to resize to (at least 1)")
     rz.add_argument("--no-wait", action="store_true", help="return once the order is given, not its outcome")
     rz.add_argument("--timeout", type=_positive_seconds, default=120.0, metavar="S",
                     help="how long to wait for the outcome (default 120)")

@@ -10,6 +10,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from elastic_protocol.control import JobInfo, Queue, QueueDocument
 from elastic_protocol.timefmt import format_duration
+from elasticd import __version__
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
 from elasticd.table import render_table
@@ -40,10 +41,22 @@ def render(doc: QueueDocument) -> str:
     return render_table(COLUMNS, [row(j) for j in doc.jobs])
 
 
+def _job_ids(text: str) -> list[int]:
+    """`-j 3,5,8`: argparse names this function's type ("job ids") when a value is wrong."""
+    try:
+        ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of job ids (e.g. 3,5,8)") from None
+    if any(i < 1 for i in ids):
+        raise argparse.ArgumentTypeError(f"{text!r}: job ids are positive")
+    return ids
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="equeue", description="Show elastic's queue.")
+    p.add_argument("--version", action="version", version=f"equeue {__version__}")
     p.add_argument("-a", "--all", action="store_true", help="include finished jobs")
-    p.add_argument("-j", "--jobs", type=lambda s: [int(x) for x in s.split(",")], default=None,
+    p.add_argument("-j", "--jobs", type=_job_ids, default=None,
                    help="comma-separated job ids")
     p.add_argument("--json", action="store_true", help="print the versioned JSON document")
     add_state_dir(p)

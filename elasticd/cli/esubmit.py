@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from elastic_protocol.control import Submit
+from elasticd import __version__
 from elasticd.cli.common import add_state_dir, fail, run_tool
 from elasticd.client import ControlClient
 from elasticd.errors import DaemonError, JobFileError
@@ -15,6 +16,7 @@ from elasticd.jobfile import load_job_file
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="esubmit", description="Submit job files to the elastic daemon.")
+    p.add_argument("--version", action="version", version=f"esubmit {__version__}")
     p.add_argument("files", nargs="+", type=Path, help="job description(s) in TOML")
     p.add_argument("--parsable", action="store_true", help="print only the job id")
     add_state_dir(p)

@@ -1,0 +1,44 @@
+"""The command-line tools as a new user meets them: every tool has --version, a wrong
+argument is one line naming it (never a lambda or a traceback), and the synthetic
+application run by hand says what it is for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN
+from elasticd import __version__
+
+
+def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=30, env=env)
+
+
+@pytest.mark.parametrize("tool", ["elasticd", "esubmit", "equeue", "ecancel", "eacct"])
+def test_every_tool_says_its_version(tool: str) -> None:
+    r = run(str(BIN / tool), "--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"{tool} {__version__}"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["equeue", "-j", "abc"], "argument -j/--jobs: 'abc' is not a comma-separated list of job ids (e.g. 3,5,8)"),
+    (["elasticd", "resize", "3", "0"], "argument nodes: 0 must be 1 or more"),
+    (["ecancel", "x"], "argument ID: invalid int value: 'x'"),
+])
+def test_a_wrong_argument_is_one_line_naming_it(argv: list[str], message: str) -> None:
+    r = run(str(BIN / argv[0]), *argv[1:])
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].endswith(message), r.stderr
+    assert "Traceback" not in r.stderr and "lambda" not in r.stderr
+
+
+def test_the_synthetic_app_outside_a_job_says_what_it_is_for() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELASTIC_")}
+    r = run(sys.executable, "-m", "elastic_apps.synthetic", "--work", "1", env=env)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "not running inside an elastic job" in r.stderr
+    assert "it is started as a job's command" in r.stderr
