@@ -59,7 +59,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     runs = ev.plan(list(sources), policies, fractions, args.seeds)
     t0 = time.perf_counter()
     results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
-    command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    # What regenerates it: --resume only saves time, --workers only spreads it.
+    shown, skip = [], False
+    for a in sys.argv[2:]:
+        if skip:
+            skip = False
+        elif a == "--resume":
+            continue
+        elif a == "--workers":
+            skip = True
+        elif not a.startswith("--workers="):
+            shown.append(a)
+    command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in shown)
     for src in sources.values():
         print(src.load().report())
     desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds; "

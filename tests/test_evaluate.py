@@ -1,0 +1,51 @@
+"""`elasticd evaluate`: one command from traces to REPORT.md, per-trace CSVs and the README's
+table, with each cell's spread over seeds, resumable without running a finished run again."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "examples" / "traces" / "nasa-ipsc-1993.swf.gz"
+
+
+def evaluate(out: Path, readme: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "elasticd"), "evaluate", str(TRACE), "--out", str(out), "--max-jobs", "300",
+                           "--seeds", "2", "--malleable", "0,100", "--policy", "easy", "--policy", "malleable",
+                           "--policy", "payoff", "--workers", "2", "--readme", str(readme), *more],
+                          check=False, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.timeout(300)
+def test_evaluate_writes_the_report_csv_and_readme_table_with_spread_and_resumes(tmp_path: Path) -> None:
+    out, readme = tmp_path / "evaluation", tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- BEGIN evaluation -->\nold\n<!-- END evaluation -->\ntail\n")
+    r = evaluate(out, readme)
+    assert r.returncode == 0, r.stderr
+    runs = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
+    # easy at 0 and 100 %, malleable and payoff at 100 % (their 0 % is EASY's schedule), 2 seeds each.
+    assert len(runs) == 8
+    report = (out / "REPORT.md").read_text()
+    assert "first 300 jobs" in report and "mean over seeds [min..max]" in report
+    name = TRACE.name.removesuffix(".swf.gz")
+    with open(out / name / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["policy"], r["malleable_pct"]) for r in rows} >= {("easy", "0"), ("malleable", "100"), ("payoff", "100")}
+    for row in rows:
+        assert float(row["mean_turnaround_min"]) <= float(row["mean_turnaround_mean"]) <= float(row["mean_turnaround_max"])
+    table = readme.read_text()
+    assert "old" not in table and table.endswith("<!-- END evaluation -->\ntail\n")
+    line = next(ln for ln in table.splitlines() if ln.startswith(f"| {name} | 100 % |"))
+    assert line.split(" | ")[2] == "malleable" and "[" in line  # best seed policy, with the seeds' range
+    # Resumed: nothing is run again, the outputs are the same.
+    again = evaluate(out, readme, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 8
+    assert (out / "REPORT.md").read_text() == report
