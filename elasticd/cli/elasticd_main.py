@@ -62,6 +62,16 @@ def _count(text: str) -> int:
 _count.__name__ = "count"
 
 
+def _port(text: str) -> int:
+    n = _count(text) if text != "0" else 0
+    if n > 65535:
+        raise argparse.ArgumentTypeError(f"{n} is not a TCP port (0-65535)")
+    return n
+
+
+_port.__name__ = "port"
+
+
 def _common_start_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", type=_count, metavar="N", help="manage N virtual nodes on this machine")
     p.add_argument("--policy", default=defaults.POLICY, choices=sorted(POLICIES),
@@ -94,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common_start_args(s)
     s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
-    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="what the daemon's log records (default INFO)")
+    s.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://LISTEN:PORT/metrics (README: Metrics)")
     s.add_argument("--no-journal", action="store_true",
                    help="do not save jobs in the state directory (nothing survives a crash; for measurements)")
     s.add_argument("--salvage", action="store_true",
@@ -175,7 +188,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
     extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else []) + \
-        (["--salvage"] if args.salvage else [])
+        (["--salvage"] if args.salvage else []) + \
+        (["--metrics-port", str(args.metrics_port)] if args.metrics_port is not None else [])
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
                          log_level=args.log_level, extra=extra + limit_passthrough(args),
                          timeout=20.0 + settings.connect_timeout)
@@ -191,6 +205,8 @@ def cmd_start(args: argparse.Namespace) -> int:
             down = [n.name for n in StatusInfo.model_validate(c.request(Status())).nodes if n.state == "down"]
         if down:
             print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
+    if args.metrics_port:
+        print(f"  metrics at http://{args.listen}:{args.metrics_port}/metrics")
     print(f"  state and log in {state_dir}")
     return 0
 
@@ -215,7 +231,7 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None,
                        min_free_space=args.min_free_space << 20, output_cap=args.output_cap << 20,
-                       salvage=args.salvage, **limit_settings(args))
+                       salvage=args.salvage, metrics_port=args.metrics_port, **limit_settings(args))
 
     async def serve() -> None:
         await Daemon(cfg).serve()

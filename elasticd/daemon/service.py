@@ -40,6 +40,7 @@ from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.control_server import ControlServer
 from elasticd.daemon.journal import Journal
 from elasticd.daemon.line_server import LineServer
+from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.statecheck import salvage
 from elasticd.errors import LaunchError, OrderRejected, QueueFull, StateWriteError
@@ -94,6 +95,8 @@ class DaemonConfig:
     salvage: bool = False
     # Bytes a job's output files may hold in all (a job file's output_cap, in MiB, overrides).
     output_cap: int = defaults.OUTPUT_CAP_MIB << 20
+    # Serve Prometheus metrics on this port of listen_host (None: not at all).
+    metrics_port: int | None = None
     output_check_interval: float = 0.5
 
 
@@ -168,6 +171,8 @@ class Daemon:
         # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
         self._hostfiles: dict[int, tuple[str, ...]] = {}
         self._deadline_waits: dict[int, int] = {}
+        self.metrics: DaemonMetrics | None = None
+        self._order_sent_at: dict[int, float] = {}
         # Job-scoped rendezvous values (put/get on the application channel).
         self.job_values: dict[int, dict[str, str]] = {}
         self.secret = new_secret()
@@ -211,6 +216,11 @@ class Daemon:
         control = ControlServer(self)
         app = AppServer(self)
         ports = self._restore()
+        if cfg.metrics_port is not None:
+            self.metrics = DaemonMetrics()
+            port = self.metrics.serve(cfg.listen_host, cfg.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", cfg.listen_host, port)
+            self._refresh_metrics()
         csrv = await _listen(control, cfg.listen_host, cfg.control_port or ports.get("control_port", 0), "control")
         asrv = await _listen(app, cfg.app_host, cfg.app_port or ports.get("app_port", 0), "application")
         start_launcher = getattr(self.launcher, "start", None)
@@ -353,7 +363,10 @@ class Daemon:
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
+            t0 = time.monotonic()
             j.commit()
+            if self.metrics is not None:
+                self.metrics.commit_seconds.observe(time.monotonic() - t0)
         except (sqlite3.Error, StateWriteError) as exc:
             j.rollback()
             self.core.requeue_changed(changed)
@@ -461,12 +474,20 @@ class Daemon:
         return self.config.state_dir / "jobs" / str(job_id)
 
     # ---- events into the core ------------------------------------------------------
+    def _refresh_metrics(self) -> None:
+        if self.metrics is None or self.stopping:
+            return
+        self.metrics.refresh(self.core)
+        self.clock.call_at(self.now() + 1.0, self._refresh_metrics)
+
     def submit(self, spec: JobSpec) -> int:
         if self.core.pending_count >= self.config.max_queued_jobs:
             raise QueueFull(f"the queue holds {self.config.max_queued_jobs} pending jobs, its limit; "
                             "submit again once some have started")
         job_id = self.core.next_job_id
         self._do(ev.Submitted(self.now(), job_id, spec))
+        if self.metrics is not None:
+            self.metrics.submitted.inc()
         log.info("job %d submitted: %s, nodes %s", job_id, spec.name, spec.nodes)
         self._schedule_soon()
         return job_id
@@ -801,6 +822,7 @@ class Daemon:
             self._schedule_soon()
             return
         self.app_orders[a.job_id] = a.order_id
+        self._order_sent_at[a.order_id] = time.monotonic()
         self._timers.orders[a.order_id] = self.clock.call_at(
             self.now() + a.deadline_s, self._order_deadline, a.job_id, a.order_id
         )
@@ -823,6 +845,9 @@ class Daemon:
         self._notify()
 
     def _order_settled(self, order_id: int) -> None:
+        sent = self._order_sent_at.pop(order_id, None)
+        if sent is not None and self.metrics is not None:
+            self.metrics.order_seconds.observe(time.monotonic() - sent)
         handle = self._timers.orders.pop(order_id, None)
         if handle is not None:
             handle.cancel()
@@ -885,8 +910,11 @@ class Daemon:
             job_dir=self._job_dir(a.job_id),
         )
         self._note_outputs(req)
+        t0 = time.monotonic()
         try:
             await self.launcher.launch(req)
+            if self.metrics is not None:
+                self.metrics.launch_seconds.observe(time.monotonic() - t0)
         except Exception as exc:  # whatever went wrong, the job must not stay RUNNING with nothing running
             why = str(exc) if isinstance(exc, LaunchError) else f"internal error: {type(exc).__name__}: {exc}"
             if not isinstance(exc, LaunchError):
