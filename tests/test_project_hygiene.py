@@ -149,3 +149,11 @@ def test_without_the_plots_extra_sim_says_what_to_install_and_writes_the_rest(tm
     assert "no plots: drawing plots needs matplotlib, which comes with an optional extra: " \
            "pip install 'elastic-hpc[plots]'" in r.stderr
     assert (out / "runs.csv").exists() and not list(out.glob("*.png"))
+
+
+def test_the_readmes_policy_listing_is_what_elasticd_policies_prints() -> None:
+    from elasticd.policies import render_policies
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- BEGIN policies -->\n", 1)[1].split("<!-- END policies -->", 1)[0]
+    assert block == f"```text\n{render_policies()}```\n", "regenerate it: elasticd policies --readme README.md"

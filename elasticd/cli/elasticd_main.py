@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_state_dir(ss)
 
     pl = sub.add_parser("policies", help="list the scheduling policies and their parameters")
+    pl.add_argument("--readme", type=Path, default=None, metavar="README.md",
+                    help="also rewrite the README's <!-- BEGIN policies --> section with this listing")
     pl.set_defaults(func=cmd_policies)
 
     rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
@@ -160,7 +162,12 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_policies(args: argparse.Namespace) -> int:
     from elasticd.policies import render_policies
 
-    print(render_policies())
+    listing = render_policies()
+    print(listing)
+    if args.readme is not None:
+        from elasticd.experiments.evaluate import update_readme
+
+        update_readme(args.readme, "policies", f"```text\n{listing}```\n")
     return 0
 
 
