@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import BIN
+from conftest import BIN, RunningDaemon
 from elasticd import __version__
 
 
@@ -42,3 +43,11 @@ def test_the_synthetic_app_outside_a_job_says_what_it_is_for() -> None:
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "not running inside an elastic job" in r.stderr
     assert "it is started as a job's command" in r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_job_wider_than_the_cluster_is_refused_in_one_line(daemon: RunningDaemon, workdir: Path) -> None:
+    (workdir / "wide.toml").write_text('name = "wide"\ncommand = ["true"]\nnodes = 9\n')
+    r = daemon.cli("esubmit", str(workdir / "wide.toml"))
+    assert r.returncode == 1
+    assert r.stderr.count("9 nodes requested but the cluster has 4") == 1, r.stderr

@@ -23,7 +23,8 @@ def add_state_dir(parser: argparse.ArgumentParser) -> None:
 def fail(prog: str, message: str, details: list[str] | None = None, code: int = 1) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     for d in details or []:
-        print(f"  {d}", file=sys.stderr)
+        if d not in message:  # a single problem is often the message itself: said once
+            print(f"  {d}", file=sys.stderr)
     return code
 
 
