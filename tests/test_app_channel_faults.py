@@ -190,3 +190,19 @@ def test_a_grows_process_that_dies_at_start_voids_the_grow_at_once_and_its_grown
     (workdir / "finish").touch()
     daemon.wait([jid], timeout=20)
     assert daemon.job(jid)["state"] == "COMPLETED"
+
+
+def test_resize_hold_and_release_from_the_command_line(daemon: RunningDaemon, workdir: Path) -> None:
+    jid = daemon.submit(recorder(workdir))
+    daemon.wait_event(jid, "registered")
+    r = daemon.cli("elasticd", "resize", str(jid), "2", "--hold")
+    assert r.returncode == 0 and f"job {jid}: shrunk to 2 nodes" in r.stdout, r.stderr
+    info = daemon.job(jid)
+    assert info["held"] is True and "held" in [e["event"] for e in info["events"]]
+    r = daemon.cli("elasticd", "release", str(jid))
+    assert r.returncode == 0 and f"job {jid}: released" in r.stdout
+    assert daemon.job(jid)["held"] is False
+    r = daemon.cli("elasticd", "release", str(jid))
+    assert r.returncode == 1 and r.stderr.strip() == f"elasticd: error: job {jid} is not held [resize_rejected]"
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)

@@ -124,3 +124,42 @@ async def test_the_periodic_pass_follows_the_clock_and_the_log_replays(tmp_path:
         assert d.core.job(b).state.value == "RUNNING"
     result = replay(state)
     assert result.core.job(a).state.value == "COMPLETED" and result.core.job(b).state.value == "CANCELLED"
+
+
+async def test_a_held_resize_is_not_undone_by_the_policy_until_released(tmp_path: Path) -> None:
+    # minAgree gives idle nodes to the narrowest malleable job at every pass.
+    async with inprocess_daemon(tmp_path / "state", policy="malleable", min_resize_interval=1.0,
+                                schedule_interval=0.5) as (d, clock, _launcher):
+        jid = d.submit(spec("m", {"min": 1, "max": 4}, kind="malleable"))
+        await settle()
+        link = Link()
+        d.app_register(jid, link)
+        await settle()
+
+        def answer_last() -> None:
+            words = link.lines[-1].split()
+            order_id = int(next(w for w in words if w.startswith("order="))[6:])
+            if words[0] == "grow":
+                hosts = [*d.core.job(jid).hosts, *(w for w in words[2:] if "=" not in w)]
+                d.app_answer(jid, "grown", order_id, sorted(set(hosts)), "")
+            else:
+                gone = d.core.job(jid).hosts[-int(words[1]):]
+                d.app_answer(jid, "shrunk", order_id, gone, " ".join(gone))
+
+        answer_last()  # minAgree started it at its minimum and grew it into the idle nodes
+        await settle()
+        assert d.core.job(jid).size == 4
+        await clock.advance(2.0)
+        d.resize(jid, 2, hold=True)
+        answer_last()
+        await settle()
+        assert d.core.job(jid).size == 2
+        sent = len(link.lines)
+        for _ in range(20):  # ten seconds of passes: two idle nodes, and a policy that would grow it
+            await clock.advance(0.5)
+        assert len(link.lines) == sent, link.lines[sent:]
+        assert d.core.job(jid).held and [e.event for e in d.core.job(jid).events].count("held") == 1
+        d.release_hold(jid)
+        await clock.advance(1.0)
+        assert link.lines[-1].startswith("grow 2 "), link.lines[sent:]
+        assert not d.core.job(jid).held

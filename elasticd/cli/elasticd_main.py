@@ -10,7 +10,16 @@ import sys
 import time
 from pathlib import Path
 
-from elastic_protocol.control import JobEventInfo, Queue, QueueDocument, Resize, Status, StatusInfo, Stop
+from elastic_protocol.control import (
+    JobEventInfo,
+    Queue,
+    QueueDocument,
+    ReleaseHold,
+    Resize,
+    Status,
+    StatusInfo,
+    Stop,
+)
 from elasticd import __version__, defaults
 from elasticd.allocation import bind as bind_allocation
 from elasticd.allocation import current_allocation
@@ -130,12 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_policies)
 
     rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
-    rz.add_argument("job_id", type=int)
+    rz.add_argument("job_id", type=int, help="the job")
     rz.add_argument("nodes", type=_count, help="the node count to resize to (at least 1)")
     rz.add_argument("--no-wait", action="store_true", help="return once the order is given, not its outcome")
+    rz.add_argument("--hold", action="store_true",
+                    help="keep the job at this size: the policy does not resize it until `elasticd release J`")
     rz.add_argument("--timeout", type=_positive_seconds, default=120.0, metavar="S",
                     help="how long to wait for the outcome (default 120)")
     add_state_dir(rz)
+
+    rl = sub.add_parser("release", help="let the policy resize a job held by `resize --hold` again")
+    rl.add_argument("job_id", type=int)
+    add_state_dir(rl)
 
     sim_cmd.add_parser(sub)
     replay_cmd.add_parser(sub)
@@ -322,7 +337,7 @@ def cmd_resize(args: argparse.Namespace) -> int:
     answer is what decides it, and a refusal is an error (exit 1), not a success."""
     with ControlClient.connect(args.state_dir, "elasticd-resize") as c:
         before = _history(c, args.job_id)
-        c.request(Resize(job_id=args.job_id, nodes=args.nodes))
+        c.request(Resize(job_id=args.job_id, nodes=args.nodes, hold=args.hold))
         if args.no_wait:
             print(f"job {args.job_id}: ordered to {args.nodes} nodes (not waiting for the outcome)")
             return 0
@@ -348,7 +363,15 @@ def _history(c: ControlClient, job_id: int) -> list[JobEventInfo]:
     return doc.jobs[0].events if doc.jobs else []
 
 
-_COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch, "resize": cmd_resize}
+def cmd_release(args: argparse.Namespace) -> int:
+    with ControlClient.connect(args.state_dir, "elasticd-release") as c:
+        c.request(ReleaseHold(job_id=args.job_id))
+    print(f"job {args.job_id}: released; the policy may resize it again")
+    return 0
+
+
+_COMMANDS = {"start": cmd_start, "stop": cmd_stop, "status": cmd_status, "run": run_batch, "resize": cmd_resize,
+             "release": cmd_release}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,6 +25,7 @@ from elasticd.core.events import (
     Event,
     Exited,
     GrowAnswered,
+    HoldReleased,
     HostsGone,
     HostsReleased,
     JobEventKind,
@@ -144,6 +145,7 @@ class Core:
             Submitted: self._submitted,
             CancelRequested: self._cancel,
             ResizeRequested: self._resize,
+            HoldReleased: self._hold_released,
             StopRequested: self._stop_all,
             PassDue: self._pass,
             Launched: self._launched,
@@ -285,7 +287,7 @@ class Core:
         )
 
     def policy_may_order(self, job: Job, now: float) -> bool:
-        return self.can_take_order(job, now) and now >= job.refused_until
+        return self.can_take_order(job, now) and now >= job.refused_until and not job.held
 
     def why_no_order(self, job: Job, now: float) -> str:
         if not job.malleable_ready:
@@ -551,12 +553,25 @@ class Core:
             raise ResizeRejected(f"job {job_id} cannot take an order now: {self.why_no_order(job, now)}")
         if not lo <= nodes <= hi:
             raise ResizeRejected(f"job {job_id} runs on {lo} to {hi} nodes, not {nodes}")
+        if nodes > job.size and nodes - job.size > self.nodes.free_count:
+            raise ResizeRejected(f"only {self.nodes.free_count} nodes are free")
+        if ev.hold:
+            self._mut(job_id)
+            job.held = True
+            job.record(now, K.HELD, ev.cause, f"at {nodes} nodes until `elasticd release {job_id}`")
         if nodes < job.size:
             return self._order_shrink(job_id, job.size - nodes, now, ev.cause)
         if nodes > job.size:
-            if nodes - job.size > self.nodes.free_count:
-                raise ResizeRejected(f"only {self.nodes.free_count} nodes are free")
             return self._order_grow(job_id, nodes - job.size, now, ev.cause)
+        return []
+
+    def _hold_released(self, ev: HoldReleased) -> list[Action]:
+        job = self.job(ev.job_id)
+        if not job.held:
+            raise ResizeRejected(f"job {ev.job_id} is not held")
+        self._mut(ev.job_id)
+        job.held = False
+        job.record(ev.time, K.HOLD_RELEASED, ev.cause)
         return []
 
     # ---- the application's side of an order -----------------------------------------

@@ -11,6 +11,7 @@ user, the application, a fault, a time limit, the daemon itself). Every event ty
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
@@ -48,6 +49,8 @@ class JobEventKind(StrEnum):
     UNREGISTERED = "unregistered"
     DEREGISTERED = "deregistered"
     REQUESTED = "requested"
+    HELD = "held"
+    HOLD_RELEASED = "hold_released"
     ENDING = "ending"
     ENDED = "ended"
     CANCELLED = "cancelled"
@@ -95,6 +98,15 @@ class ResizeRequested(_Event):
 
     job_id: int
     nodes: int
+    hold: bool = False  # and keep it there: no policy resizes it until HoldReleased
+    cause: ClassVar[Cause] = Cause.USER
+
+
+@dataclass(frozen=True, slots=True)
+class HoldReleased(_Event):
+    """The user lets the policy resize the job again."""
+
+    job_id: int
     cause: ClassVar[Cause] = Cause.USER
 
 
@@ -288,17 +300,12 @@ class NodesRemoved(_Event):
 
 
 Event = (
-    Submitted | CancelRequested | ResizeRequested | StopRequested | PassDue
+    Submitted | CancelRequested | ResizeRequested | HoldReleased | StopRequested | PassDue
     | Launched | LaunchFailed | Exited | HostsGone | JobLost | LimitReached | OutputLimitReached
     | Registered | Unregistered | ShrinkAnswered | GrowAnswered | OrderRefused | OrderDeferred
     | OrderDeadline | OrderUndeliverable | NodesRequested | HostsReleased | NodeDown | NodeUp
     | NodesAdded | NodesRemoved
 )
 
-EVENT_TYPES: tuple[type[_Event], ...] = (
-    Submitted, CancelRequested, ResizeRequested, StopRequested, PassDue,
-    Launched, LaunchFailed, Exited, HostsGone, JobLost, LimitReached, OutputLimitReached,
-    Registered, Unregistered, ShrinkAnswered, GrowAnswered, OrderRefused, OrderDeferred,
-    OrderDeadline, OrderUndeliverable, NodesRequested, HostsReleased, NodeDown, NodeUp,
-    NodesAdded, NodesRemoved,
-)
+# Every kind of event, for decoding a log: the members of `Event`, named once.
+EVENT_TYPES: tuple[type[_Event], ...] = typing.get_args(Event)

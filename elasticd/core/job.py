@@ -41,6 +41,7 @@ class Job:
     launched: bool = False
     # Deregistered before a final phase: never another order, even after a new register.
     deregistered: bool = False
+    held: bool = False  # a user's resize holds its size: the policy does not change it
     last_resize: float | None = None
     order: Order | None = None
     # Hosts whose processes are being reclaimed (shrink, release, refused grow); they stay

@@ -32,6 +32,7 @@ def job_state(job: Job) -> dict[str, Any]:
         "malleable_ready": job.malleable_ready,
         "launched": job.launched,
         "deregistered": job.deregistered,
+        "held": job.held,
         "last_resize": job.last_resize,
         "order": None if o is None else [o.order_id, o.kind, o.count, list(o.new_hosts), o.issued,
                                          o.deadline, o.settled, o.cause],
@@ -62,6 +63,7 @@ def restore_job(job_id: int, spec: JobSpec, data: dict[str, Any]) -> Job:
     # Journals written before launches were confirmed: a job that held nodes had been launched.
     job.launched = data.get("launched", job.state.holds_nodes)
     job.deregistered = data["deregistered"]
+    job.held = data.get("held", False)
     job.last_resize = data["last_resize"]
     o = data["order"]
     if o is not None:

@@ -24,6 +24,7 @@ from elastic_protocol.control import (
     Hello,
     Queue,
     QueueDocument,
+    ReleaseHold,
     Resize,
     Response,
     Status,
@@ -184,8 +185,11 @@ class ControlServer(LineServer):
             done = await d.wait_jobs(req.job_ids, req.timeout)
             return _ok({"done": done})
         if isinstance(req, Resize):
-            d.resize(req.job_id, req.nodes)
-            return _ok({"job_id": req.job_id, "nodes": req.nodes})
+            d.resize(req.job_id, req.nodes, req.hold)
+            return _ok({"job_id": req.job_id, "nodes": req.nodes, "held": req.hold})
+        if isinstance(req, ReleaseHold):
+            d.release_hold(req.job_id)
+            return _ok({"job_id": req.job_id})
         if isinstance(req, Stop):
             ended = await d.stop()
             return _ok({"ended_jobs": ended})

@@ -53,7 +53,7 @@ from elasticd.statedir import DaemonRecord, new_secret, remove_record, state_tag
 log = logging.getLogger("elasticd")
 
 # Events that decide something (see Daemon._do): committed before they take effect.
-_DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.PassDue, ev.ShrinkAnswered,
+_DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.HoldReleased, ev.PassDue, ev.ShrinkAnswered,
               ev.GrowAnswered, ev.OrderRefused, ev.OrderDeferred, ev.NodesRequested, ev.HostsReleased,
               ev.NodesAdded, ev.NodesRemoved)
 
@@ -498,9 +498,14 @@ class Daemon:
         self._schedule_soon()
         return self.core.job(job_id).state.value
 
-    def resize(self, job_id: int, nodes: int) -> None:
-        self._do(ev.ResizeRequested(self.now(), job_id, nodes))
+    def resize(self, job_id: int, nodes: int, hold: bool = False) -> None:
+        self._do(ev.ResizeRequested(self.now(), job_id, nodes, hold))
         self._notify()
+
+    def release_hold(self, job_id: int) -> None:
+        self._do(ev.HoldReleased(self.now(), job_id))
+        self._notify()
+        self._schedule_soon()
 
     def _tick(self) -> None:
         self._tick_handle = self.clock.call_at(self.now() + self.config.schedule_interval, self._tick)

@@ -47,6 +47,7 @@ def job_info(job: Job, now: float) -> JobInfo:
         output_path=out,
         error_path=err,
         node_seconds=job.node_seconds_at(now),
+        held=job.held,
         events=[
             JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail,
                          cause=e.cause)

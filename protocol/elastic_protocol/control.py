@@ -59,6 +59,15 @@ class Resize(_Req):
     op: Literal["resize"] = "resize"
     job_id: int
     nodes: Annotated[int, Field(ge=1)]
+    # Keep it at that size: the policy does not resize it until the hold is released.
+    hold: bool = False
+
+
+class ReleaseHold(_Req):
+    """Let the policy resize a job held by `resize ... hold` again."""
+
+    op: Literal["release_hold"] = "release_hold"
+    job_id: int
 
 
 class Stop(_Req):
@@ -66,7 +75,7 @@ class Stop(_Req):
 
 
 Request = Annotated[
-    Hello | Submit | Cancel | Queue | Status | Wait | Resize | Stop, Field(discriminator="op")
+    Hello | Submit | Cancel | Queue | Status | Wait | Resize | ReleaseHold | Stop, Field(discriminator="op")
 ]
 REQUEST_ADAPTER: TypeAdapter[Any] = TypeAdapter(Request)
 
@@ -129,6 +138,8 @@ class JobInfo(BaseModel):
     error_path: str | None
     node_seconds: float
     events: list[JobEventInfo]
+    # Held at its size by a user's resize: the policy leaves its size alone.
+    held: bool = False
 
 
 QUEUE_DOCUMENT_VERSION = 1
