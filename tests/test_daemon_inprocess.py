@@ -163,3 +163,24 @@ async def test_a_held_resize_is_not_undone_by_the_policy_until_released(tmp_path
         await clock.advance(1.0)
         assert link.lines[-1].startswith("grow 2 "), link.lines[sent:]
         assert not d.core.job(jid).held
+
+
+async def test_the_queue_notes_say_why_pending_who_resizes_and_who_never_registered(tmp_path: Path) -> None:
+    from elasticd.daemon.views import UNREGISTERED_AFTER, job_note
+
+    async with inprocess_daemon(tmp_path / "state", nodes=4) as (d, clock, _launcher):
+        quiet = d.submit(spec("quiet", {"min": 1, "max": 2}, kind="malleable"))
+        talker = d.submit(spec("talker", {"min": 1, "max": 2}, kind="malleable"))
+        head = d.submit(spec("head", 4))
+        behind = d.submit(spec("behind", 1))
+        await settle()
+        note = lambda jid: job_note(d.core.job(jid), d.now(), jid == d.core.pending_ids[0])
+        assert (note(head), note(behind)) == ("Resources", "Priority")
+        link = Link()
+        d.app_register(talker, link)
+        d.resize(talker, 1)
+        assert note(talker) == "ResizeBy:user"
+        assert note(quiet) is None
+        await clock.advance(UNREGISTERED_AFTER + 1)
+        assert note(quiet) == "NotRegistered"  # (the talker registered, and its order has settled)
+        assert note(talker) is None

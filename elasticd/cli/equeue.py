@@ -20,9 +20,9 @@ COLUMNS = ("JOBID", "NAME", "KIND", "STATE", "NODES", "MIN-MAX", "TIME", "LIMIT"
 
 def row(j: JobInfo) -> tuple[str, ...]:
     if j.hosts:
-        where = str(NodeSet.fromlist(j.hosts))
+        where = str(NodeSet.fromlist(j.hosts)) + (f" ({j.note})" if j.note else "")
     else:
-        where = f"({j.reason})" if j.reason else ("(Resources)" if j.state == "PENDING" else "")
+        where = f"({j.reason})" if j.reason else (f"({j.note})" if j.note else "")
     return (
         str(j.job_id),
         j.name[:20],

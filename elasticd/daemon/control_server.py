@@ -39,7 +39,7 @@ from elastic_protocol.jobspec import format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd import __version__
 from elasticd.daemon.line_server import LineServer
-from elasticd.daemon.views import job_info, node_infos
+from elasticd.daemon.views import job_info, job_note, node_infos
 from elasticd.errors import ElasticError, UnknownJob
 
 if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
@@ -204,7 +204,10 @@ class ControlServer(LineServer):
             jobs = [d.core.job(j) for j in req.job_ids]
         else:
             jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
-        return QueueDocument(generated_at=now, jobs=[job_info(j, now) for j in jobs])
+        pending = d.core.pending_ids
+        head = pending[0] if pending else None
+        return QueueDocument(generated_at=now,
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head)) for j in jobs])
 
     def _status(self) -> StatusInfo:
         d = self.daemon

@@ -5,13 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 
 from elastic_protocol.control import JobEventInfo, JobInfo, NodeInfo
+from elastic_protocol.jobspec import JobKind
 from elasticd.core.job import Job
 from elasticd.core.nodes import NodeTable
 from elasticd.core.states import JobState
 from elasticd.launch.base import expand_pattern
 
+# A malleable job that has not registered this long after its start is flagged.
+UNREGISTERED_AFTER = 60.0
 
-def job_info(job: Job, now: float) -> JobInfo:
+
+def job_note(job: Job, now: float, first_pending: bool) -> str | None:
+    """The job's state in a word, as squeue's REASON column gives it."""
+    if job.state is JobState.PENDING:
+        return "Resources" if first_pending else "Priority"
+    if not job.state.holds_nodes:
+        return None
+    if job.order is not None and not job.order.settled:
+        return f"ResizeBy:{job.order.cause.value}"
+    if (job.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not job.malleable_ready and not job.deregistered
+            and job.start_time is not None and now - job.start_time >= UNREGISTERED_AFTER):
+        return "NotRegistered"
+    return "Held" if job.held else None
+
+
+def job_info(job: Job, now: float, note: str | None = None) -> JobInfo:
     lo, hi, pref = job.bounds
     spec = job.spec
     out = err = None
@@ -48,6 +66,7 @@ def job_info(job: Job, now: float) -> JobInfo:
         error_path=err,
         node_seconds=job.node_seconds_at(now),
         held=job.held,
+        note=note,
         events=[
             JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail,
                          cause=e.cause)

@@ -140,6 +140,11 @@ class JobInfo(BaseModel):
     events: list[JobEventInfo]
     # Held at its size by a user's resize: the policy leaves its size alone.
     held: bool = False
+    # Why it is as it is, in Slurm's words where Slurm has them: a pending job's reason
+    # (Resources: first in line, waiting for nodes; Priority: jobs ahead of it wait), who
+    # asked for the resize in progress (ResizeBy:user|policy|app), NotRegistered (a
+    # malleable job that has not registered a handler a minute after its start), Held.
+    note: str | None = None
 
 
 QUEUE_DOCUMENT_VERSION = 1
