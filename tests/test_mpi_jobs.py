@@ -89,3 +89,21 @@ def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir
     daemon.wait([jid], timeout=20)
     assert daemon.job(jid)["state"] == "CANCELLED"
     assert job_ranks(jid) == {}
+
+
+@pytest.mark.timeout(90)
+def test_the_readmes_mpi_example_writes_one_line_per_rank_naming_its_host(daemon: RunningDaemon) -> None:
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    example = Path(__file__).resolve().parent.parent / "examples" / "mpi" / "hello-rigid.toml"
+    jid = daemon.submit(example)
+    daemon.wait([jid], timeout=60)
+    out = example.parent / "out" / f"mpi-hello-{jid}.out"
+    try:
+        assert daemon.job(jid)["state"] == "COMPLETED", out.read_text()
+        lines = sorted(out.read_text().splitlines())
+        hosts = next(e["hosts"] for e in daemon.job(jid)["events"] if e["event"] == "started")
+        assert lines == sorted(f"[1,{r}]<stdout>:{r} of 4 on {hosts[r // 2]}" for r in range(4)), lines
+    finally:
+        out.unlink(missing_ok=True)
