@@ -94,6 +94,9 @@ def test_run_batch_says_why_a_job_did_not_complete(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "FAILED: launch failed: cannot open output file" in r.stdout and "missing" in r.stdout
     assert "(bad) FAILED: exit 4:0" in r.stdout
+    # Exit 2, and the figures are not passed off as a schedule.
+    assert "no job COMPLETED (2 ended otherwise): the figures below measure failures" in r.stdout
+    assert "2 (2 started, 0 completed)" in r.stdout
 
 
 def test_example_batches_are_complete_in_a_clean_checkout() -> None:

@@ -163,7 +163,12 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
                   f"{'; output in ' + j.output_path if j.output_path else ''}")
     s = summarize(recs, total_nodes)
     print()
-    print(f"jobs                    {s.jobs} ({s.started} started)")
+    completed = sum(1 for j in doc.jobs if j.state == "COMPLETED")
+    if doc.jobs and completed == 0:
+        # The figures below would read as a schedule; they describe failures.
+        print(f"no job COMPLETED ({len(doc.jobs)} ended otherwise): the figures below measure failures, "
+              "not a schedule")
+    print(f"jobs                    {s.jobs} ({s.started} started, {completed} completed)")
     print(f"makespan                {s.makespan:.2f} s ({format_duration(s.makespan)})")
     print(f"node utilization        {100 * s.utilization:.1f} %")
     print(f"mean wait               {s.mean_wait:.2f} s")
