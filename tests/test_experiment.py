@@ -65,10 +65,23 @@ def test_tiny_real_grid_runs_end_to_end_and_its_report_is_consistent(tmp_path: P
         run = json.loads((out / "runs" / f"{row['policy']}-{round(100 * row['fraction'])}-b1" / "run.json").read_text())
         assert run["summary"]["makespan"] == pytest.approx(row["makespan"])
         assert len(run["queue"]["jobs"]) == 10
+        # The grid's panels plot these: real values, not zeros.
+        assert row["mean_bounded_slowdown"] == pytest.approx(run["summary"]["mean_bounded_slowdown"])
+        assert row["mean_bounded_slowdown"] >= 1.0
+        grows = sum(1 for j in run["queue"]["jobs"] for e in j["events"] if e["event"] == "grown")
+        assert row["expands_per_job"] == pytest.approx(grows / 10)
     assert "simulator vs real, per run" in r.stdout
     rep = subprocess.run([str(BIN / "elasticd"), "report", str(out)], check=False, capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     assert "vs best rigid" in rep.stdout
+    from elasticd.experiments.report import experiment_summary
+
+    panels = {(c["policy"], c["fraction"]): c for c in experiment_summary(doc["rows"])}
+    for row in doc["rows"]:
+        cell = panels[(row["policy"], row["fraction"])]
+        for metric in ("mean_bounded_slowdown", "expands_per_job", "mean_turnaround", "utilization"):
+            assert cell[f"{metric}_mean"] == pytest.approx(row[metric])  # one batch per point
+    assert any(c["expands_per_job_mean"] > 0 for c in panels.values() if c["policy"] == "malleable")
     pngs = list(out.glob("*.png")) + list((out / "runs").glob("*/*.png"))
     assert (out / "grid.png") in pngs and any(p.name.endswith("-gantt.png") for p in pngs)
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)

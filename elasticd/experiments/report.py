@@ -113,12 +113,11 @@ def experiment_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (policy, fraction), rs in groups.items():
         rec = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
-        for m, key in (("mean_turnaround", "mean_turnaround"), ("mean_wait", "mean_wait"), ("utilization", "utilization"),
-                       ("makespan", "makespan")):
-            mean, med, iqr = spread([x[key] for x in rs])
+        for m in ("mean_turnaround", "mean_wait", "utilization", "makespan", "mean_bounded_slowdown",
+                  "expands_per_job"):
+            # Rows of results.json files written before a metric was kept count as 0 for it.
+            mean, med, iqr = spread([float(x.get(m, 0.0)) for x in rs])
             rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, med, iqr
-        for m in ("mean_bounded_slowdown", "expands_per_job"):
-            rec[f"{m}_mean"] = rec[f"{m}_median"] = rec[f"{m}_iqr"] = 0.0
         out.append(rec)
     return out
 

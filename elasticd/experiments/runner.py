@@ -64,6 +64,9 @@ class CellRow:
     sim_mean_turnaround: float
     makespan_error: float  # (sim - real) / real
     turnaround_error: float
+    # The real run's, for the grid's panels (older results.json files lack them: 0).
+    mean_bounded_slowdown: float = 0.0
+    expands_per_job: float = 0.0
 
 
 def run_cell(out: Path, policy: str, fraction: float, batch: int, s: Settings) -> CellRow:
@@ -85,13 +88,15 @@ def compare(doc: QueueDocument, specs: list[Any], policy: str, fraction: float, 
     outcomes = simulate(jobs, s.nodes, make_policy(policy, min_resize_interval=s.min_resize_interval))
     sim = summarize([JobRecord(o.job_id, "", o.state, o.submit, o.start, o.end, o.node_seconds) for o in outcomes], s.nodes)
     completed = sum(j.state == "COMPLETED" for j in doc.jobs)
+    grows = sum(1 for j in doc.jobs for e in j.events if e.event == "grown")
 
     def err(a: float, b: float) -> float:
         return (a - b) / b if b else 0.0
 
     return CellRow(policy, fraction, batch, len(doc.jobs), completed, real.makespan, real.utilization, real.mean_wait,
                    real.mean_turnaround, sim.makespan, sim.utilization, sim.mean_wait, sim.mean_turnaround,
-                   err(sim.makespan, real.makespan), err(sim.mean_turnaround, real.mean_turnaround))
+                   err(sim.makespan, real.makespan), err(sim.mean_turnaround, real.mean_turnaround),
+                   real.mean_bounded_slowdown, grows / len(doc.jobs) if doc.jobs else 0.0)
 
 
 def replay_experiment(out: Path, s: Settings) -> list[CellRow]:
