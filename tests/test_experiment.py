@@ -107,3 +107,13 @@ def test_report_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{}")
     r = subprocess.run([str(BIN / "elasticd"), "report", str(tmp_path / "x.json")], check=False, capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "not a run file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_grid_from_results_that_lack_a_metric_has_no_panel_for_it_rather_than_zeros() -> None:
+    from elasticd.experiments.report import experiment_summary
+
+    old = {"policy": "easy", "fraction": 0.0, "mean_turnaround": 10.0, "mean_wait": 1.0, "utilization": 0.5,
+           "makespan": 60.0}
+    (cell,) = experiment_summary([old, {**old, "mean_turnaround": 12.0}])
+    assert cell["mean_turnaround_mean"] == 11.0
+    assert "mean_bounded_slowdown_mean" not in cell and "expands_per_job_mean" not in cell

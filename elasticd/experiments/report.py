@@ -115,8 +115,9 @@ def experiment_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rec = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
         for m in ("mean_turnaround", "mean_wait", "utilization", "makespan", "mean_bounded_slowdown",
                   "expands_per_job"):
-            # Rows of results.json files written before a metric was kept count as 0 for it.
-            mean, med, iqr = spread([float(x.get(m, 0.0)) for x in rs])
+            if any(m not in x for x in rs):
+                continue  # results.json written before the metric was kept: no panel, not zeros
+            mean, med, iqr = spread([float(x[m]) for x in rs])
             rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, med, iqr
         out.append(rec)
     return out

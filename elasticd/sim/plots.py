@@ -37,9 +37,14 @@ def _plt() -> Any:
 def plot_grid(summary: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Each metric against the malleable fraction, one line per policy, IQR as error bars."""
     plt = _plt()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    # Only the metrics every record has: a panel of missing values would read as zeros.
+    curves = [(m, label) for m, label in _CURVES if all(f"{m}_mean" in r for r in summary)]
+    rows = (len(curves) + 2) // 3
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 4 * rows), squeeze=False)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.set_visible(False)
     policies = sorted({r["policy"] for r in summary})
-    for ax, (metric, label) in zip(axes.flat, _CURVES):
+    for ax, (metric, label) in zip(axes.flat, curves):
         for p in policies:
             rs = sorted((r for r in summary if r["policy"] == p), key=lambda r: r["fraction"])
             xs = [100 * r["fraction"] for r in rs]
