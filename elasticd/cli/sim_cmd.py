@@ -169,8 +169,12 @@ def gantt_window(sim: Simulation, warmup: float, starts: int = 40) -> tuple[floa
     begun = sorted(j.start_time for j in sim.core.jobs.values() if j.start_time is not None)
     first = min(j.submit_time for j in sim.core.jobs.values())
     after = [t for t in begun if t >= first + warmup] or begun
-    t0 = after[0]
-    t1 = after[min(len(after) - 1, starts)]
+    # A typical stretch of `starts` consecutive starts, the one whose length is the median:
+    # neither an idle gap of the log nor a burst of seconds.
+    n = min(starts, len(after) - 1)
+    spans = sorted(range(len(after) - n), key=lambda i: after[i + n] - after[i]) if n > 0 else [0]
+    k = spans[len(spans) // 2]
+    t0, t1 = after[k], after[k + n]
     return t0, max(t1, t0 + 1.0)
 
 

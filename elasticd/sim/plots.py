@@ -7,6 +7,7 @@ and plots work without a display.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,10 @@ def plot_utilization(series: dict[str, list[tuple[float, int]]], nodes: int, pat
     for label, pts in series.items():
         if not pts:
             continue
-        xs = [t / time_unit for t, _ in pts]
-        ys = [n / nodes for _, n in pts]
-        ax.step(xs, ys, where="post", label=label, linewidth=0.8)
+        steps = binned([(t, float(n)) for t, n in pts])
+        xs = [t / time_unit for t, _ in steps]
+        ys = [n / nodes for _, n in steps]
+        ax.step(xs, ys, where="post", label=label, linewidth=1.0)
     ax.set_xlabel(f"time ({unit_name})")
     ax.set_ylabel("fraction of the nodes")
     ax.set_ylim(bottom=0)
@@ -83,6 +85,27 @@ def plot_utilization(series: dict[str, list[tuple[float, int]]], nodes: int, pat
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def binned(pts: Sequence[tuple[float, float]], bins: int = 600) -> list[tuple[float, float]]:
+    """A step series averaged over `bins` equal stretches of time when it has more points
+    than that: a year-long trace stays a readable line, not a solid block."""
+    if len(pts) <= bins or pts[-1][0] <= pts[0][0]:
+        return list(pts)
+    t0, t1 = pts[0][0], pts[-1][0]
+    width = (t1 - t0) / bins
+    out: list[tuple[float, float]] = []
+    k, level = 0, pts[0][1]
+    for b in range(bins):
+        lo, hi = t0 + b * width, t0 + (b + 1) * width
+        area, t = 0.0, lo
+        while k + 1 < len(pts) and pts[k + 1][0] <= hi:
+            k += 1
+            area += level * (pts[k][0] - t)
+            t, level = pts[k][0], pts[k][1]
+        area += level * (hi - t)
+        out.append((lo, area / width))
+    return out
 
 
 def busy_series(changes: list[tuple[float, int]]) -> list[tuple[float, int]]:
@@ -108,36 +131,86 @@ def size_changes(sizes_per_job: list[tuple[tuple[float, int], ...]]) -> list[tup
     return changes
 
 
+# A 20-colour palette walked with a stride coprime to 20: jobs next to each other in start
+# order never share a colour (any 20 consecutive starts get 20 different ones).
+_PALETTE = 20
+_STRIDE = 7
+
+
+def job_colors(jobs: list[Any]) -> dict[int, int]:
+    """Palette index per job id, by start order (see _STRIDE)."""
+    def start(j: Any) -> float:
+        return min((e.time for e in j.events if e.event == "started"), default=float("inf"))
+
+    ordered = sorted(jobs, key=lambda j: (start(j), j.job_id))
+    return {j.job_id: (k * _STRIDE) % _PALETTE for k, j in enumerate(ordered)}
+
+
+def _segments(j: Any) -> list[tuple[float, float, tuple[str, ...]]]:
+    """(from, to, hosts) of each stretch a job held the same hosts."""
+    segs = [(e.time, tuple(e.hosts)) for e in j.events
+            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "ended")]
+    return [(ta, tb, hosts) for (ta, hosts), (tb, _) in itertools.pairwise(segs) if hosts and tb > ta]
+
+
+def label_spot(j: Any, node_index: dict[str, int]) -> tuple[float, float] | None:
+    """Where a job's id is written: the middle of its longest stretch (time, node row)."""
+    segs = _segments(j)
+    if not segs:
+        return None
+    ta, tb, hosts = max(segs, key=lambda s: (s[1] - s[0]) * len(s[2]))
+    rows = sorted(node_index[h] for h in hosts)
+    return (ta + tb) / 2, (rows[0] + rows[-1] + 1) / 2
+
+
 def plot_gantt(jobs: list[Any], node_index: dict[str, int], t0: float, t1: float, path: Path, title: str,
                time_unit: float = 3600.0, unit_name: str = "h") -> Path:
-    """Nodes (rows) over time, a colour per job; a job's shape changes where it was resized."""
+    """Nodes (rows) over time, a colour per job that no neighbour shares, the job's id on
+    it, its shape changing where it was resized (grows and shrinks marked), and a legend."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(14, 7))
     cmap = plt.get_cmap("tab20")
+    colors = job_colors(jobs)
+    span = t1 - t0
     for j in jobs:
-        segs = [(e.time, e.hosts) for e in j.events if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "ended")]
-        color = cmap(j.job_id % 20)
-        for (ta, hosts), (tb, _) in itertools.pairwise(segs):
+        color = cmap(colors[j.job_id])
+        for ta, tb, hosts in _segments(j):
             lo, hi = max(ta, t0), min(tb, t1)
-            if hi <= lo or not hosts:
+            if hi <= lo:
                 continue
             idx = sorted(node_index[h] for h in hosts)
             start = prev = idx[0]
-            for i in idx[1:] + [None]:
+            for i in [*idx[1:], None]:
                 if i is not None and i == prev + 1:
                     prev = i
                     continue
                 ax.broken_barh([((lo - t0) / time_unit, (hi - lo) / time_unit)], (start, prev - start + 1),
-                               facecolors=color, edgecolor="none")
+                               facecolors=color, edgecolor="white", linewidth=0.3)
                 if i is not None:
                     start = prev = i
         for e in j.events:
-            if e.event in ("shrunk", "grown") and t0 <= e.time <= t1:
-                ax.axvline((e.time - t0) / time_unit, color=color, linewidth=0.3, alpha=0.5)
-    ax.set_xlim(0, (t1 - t0) / time_unit)
+            if e.event in ("shrunk", "grown") and t0 <= e.time <= t1 and e.hosts:
+                # One mark per resize, at the middle of the hosts the job has after it.
+                rows = sorted(node_index[h] for h in e.hosts)
+                ax.scatter([(e.time - t0) / time_unit], [(rows[0] + rows[-1] + 1) / 2],
+                           marker="^" if e.event == "grown" else "v", s=18, color="black", zorder=3)
+        spot = label_spot(j, node_index)
+        # Written where the job is wide enough in time to hold it (about 1/60 of the window).
+        if spot is not None and t0 <= spot[0] <= t1 and span > 0:
+            longest = max(tb - ta for ta, tb, _ in _segments(j))
+            if longest >= span / 60:
+                ax.text((spot[0] - t0) / time_unit, spot[1], str(j.job_id), ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, span / time_unit)
     ax.set_ylim(0, len(node_index))
     ax.set_xlabel(f"time from window start ({unit_name})")
     ax.set_ylabel("node")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor=cmap(0), label="a job (its id written on it)"),
+                       Line2D([], [], marker="^", color="black", linestyle="", label="grown"),
+                       Line2D([], [], marker="v", color="black", linestyle="", label="shrunk")],
+              loc="upper right", fontsize=8, framealpha=0.9)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
