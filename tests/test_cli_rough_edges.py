@@ -51,3 +51,27 @@ def test_a_job_wider_than_the_cluster_is_refused_in_one_line(daemon: RunningDaem
     r = daemon.cli("esubmit", str(workdir / "wide.toml"))
     assert r.returncode == 1
     assert r.stderr.count("9 nodes requested but the cluster has 4") == 1, r.stderr
+
+
+@pytest.mark.parametrize("argv", [["elasticd", "start"], ["elasticd", "status"], ["elasticd", "release"],
+                                  ["elasticd", "resize"], ["elasticd", "evaluate"], ["elasticd", "experiment"],
+                                  ["elasticd", "sim"], ["esubmit"], ["equeue"], ["ecancel"], ["eacct"]])
+def test_every_option_in_help_says_what_it_is_for(argv: list[str]) -> None:
+    r = run(str(BIN / argv[0]), *argv[1:], "--help")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    bare = []
+    for k, line in enumerate(lines):
+        words = line.strip()
+        if not line.startswith("  ") or line.startswith("   ") or not words or words.startswith(("-h", "--version")):
+            continue
+        name = words.split("  ", 1)[0]
+        if not name.startswith("-") and " " in name:
+            continue  # a group's description, not an option
+        if "  " in words:  # help on the same line, after the option's name
+            continue
+        following = lines[k + 1] if k + 1 < len(lines) else ""
+        if following.startswith("      ") and following.strip():
+            continue  # help on the next line
+        bare.append(words)
+    assert bare == []

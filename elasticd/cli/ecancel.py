@@ -14,7 +14,7 @@ from elasticd.client import ControlClient
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ecancel", description="Cancel elastic jobs.")
     p.add_argument("--version", action="version", version=f"ecancel {__version__}")
-    p.add_argument("job_ids", nargs="+", type=int, metavar="ID")
+    p.add_argument("job_ids", nargs="+", type=int, metavar="ID", help="the jobs to cancel")
     add_state_dir(p)
     args = p.parse_args(argv)
 

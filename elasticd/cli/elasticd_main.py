@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_state_dir(st)
 
     ss = sub.add_parser("status", help="is a daemon running; its nodes and policy")
-    ss.add_argument("--json", action="store_true")
+    ss.add_argument("--json", action="store_true", help="the status as a JSON document (nodes, jobs by state)")
     add_state_dir(ss)
 
     pl = sub.add_parser("policies", help="list the scheduling policies and their parameters")
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_state_dir(rz)
 
     rl = sub.add_parser("release", help="let the policy resize a job held by `resize --hold` again")
-    rl.add_argument("job_id", type=int)
+    rl.add_argument("job_id", type=int, help="the held job")
     add_state_dir(rl)
 
     sim_cmd.add_parser(sub)

@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "Finished runs are kept in OUT/runs.jsonl: run again with --resume to continue.")
     e.add_argument("traces", nargs="*", type=Path, metavar="TRACE",
                    help=f"SWF logs (default: every *.swf.gz in {DEFAULT_TRACES}, run from the repository)")
-    e.add_argument("--out", type=Path, default=Path("docs/results/evaluation"), metavar="DIR")
+    e.add_argument("--out", type=Path, default=Path("docs/results/evaluation"), metavar="DIR",
+                   help="where REPORT.md, runs.jsonl and a folder per trace go (default docs/results/evaluation)")
     e.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
                    help="repeatable (default: easy, conservative and every seed policy)")
     e.add_argument("--malleable", default="0,20,40,60,80,100", metavar="PCTS", help="percentages (default 0,20,...,100)")

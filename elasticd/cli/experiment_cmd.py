@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("batch", help="write a seeded job batch (synthetic jobs) as job files")
     b.add_argument("seed", type=int)
-    b.add_argument("--out", type=Path, required=True, metavar="DIR")
-    b.add_argument("--jobs", type=int, default=25)
+    b.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the batch's job files are written")
+    b.add_argument("--jobs", type=int, default=25, help="jobs in the batch (default 25)")
     b.add_argument("--malleable", type=float, default=0.0, metavar="PCT", help="percentage of malleable jobs (default 0)")
     b.add_argument("--time-scale", type=float, default=1 / 15, metavar="X",
                    help="multiply every duration (default 1/15: a 15-minute batch in about a minute)")
@@ -32,11 +32,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     e.add_argument("--malleable", default="0,50,100", metavar="PCTS", help="percentages (default 0,50,100)")
     e.add_argument("--batches", type=int, default=3, help="batch seeds 1..K per cell (default 3)")
     e.add_argument("--nodes", type=int, default=16, help="local virtual nodes (default 16)")
-    e.add_argument("--time-scale", type=float, default=1 / 15, metavar="X")
-    e.add_argument("--jobs", type=int, default=25)
+    e.add_argument("--time-scale", type=float, default=1 / 15, metavar="X",
+                   help="run times of the generated jobs multiplied by X (default 1/15)")
+    e.add_argument("--jobs", type=int, default=25, help="jobs per batch (default 25)")
     e.add_argument("--parallel", type=int, default=2, help="batches run at once (default 2)")
-    e.add_argument("--min-resize-interval", type=float, default=2.0, metavar="S")
-    e.add_argument("--out", type=Path, required=True, metavar="DIR")
+    e.add_argument("--min-resize-interval", type=float, default=2.0, metavar="S",
+                   help="least seconds between two resizes of one job (default 2: runs are short)")
+    e.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="where results.json, the runs and the plots go")
     e.add_argument("--replay", action="store_true",
                    help="run nothing: re-simulate the real runs already in --out and rewrite its results")
     e.set_defaults(func=cmd_experiment)
