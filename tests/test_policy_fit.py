@@ -200,3 +200,15 @@ def test_two_waiting_requests_are_served_oldest_first_as_nodes_come_back(policy:
     core.handle(HostsGone(20.0, e1.job_id, tuple(e1.hosts[-2:])))
     (order,) = [a for a in core.handle(PassDue(20.0)) if isinstance(a, SendOrder)]
     assert (order.job_id, order.kind, order.count) == (e2.job_id, "grow", 2)
+
+
+def test_fit_plans_a_job_that_starts_below_its_preferred_size_for_its_limit_there() -> None:
+    """A moldable job with a model runs longer on fewer nodes: fit reserves what the core
+    will enforce (limit at preferred x S(pref)/S(n)), not the limit at its preferred size
+    (found by the stateful test: a start moved the head job's reservation)."""
+    from elastic_protocol.jobspec import PerfModel
+    from elasticd.policies.base import PendingView
+    from elasticd.policies.fit import EvolvingFit
+
+    job = PendingView(7, 0.0, JobKind.MOLDABLE, 1, 2, 2, 120.0, model=PerfModel(speedup="linear"))
+    assert EvolvingFit.steps_of(job) == [(240.0, 1)]

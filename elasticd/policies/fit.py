@@ -44,6 +44,7 @@ from elasticd.policies.base import (
     Snapshot,
     Start,
     grant_requests,
+    limit_at,
     start_size,
 )
 from elasticd.policies.conservative import StartBound
@@ -219,4 +220,6 @@ class EvolvingFit:
     def steps_of(job: PendingView) -> list[tuple[float, int]]:
         if job.evolution and job.kind is JobKind.EVOLVING:
             return list(job.evolution)
-        return [(math.inf if job.time_limit is None else float(job.time_limit), job.start_nodes)]
+        # The limit at the size it starts on, by the job's model (the core's rule).
+        limit = limit_at(job, job.start_nodes)
+        return [(math.inf if limit is None else float(limit), job.start_nodes)]
