@@ -108,7 +108,8 @@ def entry_duration(e: object, is_request: bool, now: float) -> float:
     if is_request:
         end: float = e.estimated_end  # type: ignore[attr-defined]
         return end - now
-    limit = e.time_limit  # type: ignore[attr-defined]
+    assert isinstance(e, PendingView)
+    limit = limit_at(e, e.start_nodes)  # on the nodes it is placed on, by its model (the core's rule)
     return math.inf if limit is None else float(limit)
 
 

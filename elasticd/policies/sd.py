@@ -90,6 +90,7 @@ from elasticd.policies.base import (
     Shrink,
     Snapshot,
     Start,
+    limit_at,
     start_size,
 )
 from elasticd.policies.conservative import place_request
@@ -440,8 +441,11 @@ class SdPolicy:
             pp = PendingPrediction(job)
             if pp.work is None:
                 pp = None
-        limit = math.inf if job.time_limit is None else float(job.time_limit)
-        t = (job, job.preferred if malleable else job.start_nodes, limit, job.min_nodes, job.preferred, pp)
+        need = job.preferred if malleable else job.start_nodes
+        # Its limit on the nodes it starts on, by its model (the core's rule).
+        at_need = limit_at(job, need)
+        limit = math.inf if at_need is None else float(at_need)
+        t = (job, need, limit, job.min_nodes, job.preferred, pp)
         self._traits[job.job_id] = t
         return t
 
@@ -569,7 +573,8 @@ class SdPolicy:
         need = job.preferred if job.kind is JobKind.MALLEABLE else job.start_nodes
         if free < need:
             return 0
-        dur = math.inf if job.time_limit is None else float(job.time_limit)
+        at_need = limit_at(job, need)  # the longest of the sizes it may start on
+        dur = math.inf if at_need is None else float(at_need)
         usable = min(free, prof.min_free(now, now + dur))
         if usable < need:
             return 0
