@@ -362,6 +362,8 @@ class SSHLauncher:
             await self._end_procs(started, 0.0, 0.5)
             for p in started:
                 self._tokens.pop(p.token, None)
+                self._spawning.discard(p.token)
+                self._early_exits.pop(p.token, None)
             if not job.procs:
                 self._jobs.pop(req.job_id, None)
             for h, exc in failed:
@@ -374,6 +376,7 @@ class SSHLauncher:
         for p in started:
             p.joining = req.joining
             job.procs[p.host] = p
+            self._spawning.discard(p.token)
             early = self._early_exits.pop(p.token, None)
             if early is not None:
                 p.finished, p.code, p.signal = True, early[0], early[1]
@@ -399,12 +402,15 @@ class SSHLauncher:
             lines = await self._call(host, "spawn", [], payload)
         except BaseException:
             self._tokens.pop(token, None)
-            raise
-        finally:
             self._spawning.discard(token)
+            self._early_exits.pop(token, None)
+            raise
         answer = lines[-1] if lines else ""
         if answer.startswith("ok "):
+            # Still "spawning" until launch() has placed it among the job's processes: an
+            # exit reported while the other hosts' spawns are pending is kept, not lost.
             return _RemoteProc(host, token, int(answer[3:]))
+        self._spawning.discard(token)
         self._tokens.pop(token, None)
         self._early_exits.pop(token, None)
         if answer.startswith("error "):
