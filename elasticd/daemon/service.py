@@ -728,7 +728,12 @@ class Daemon:
         failed, a deadline passed, a grow could not be launched). What the application did
         itself (its answers, its releases) it knows already."""
         jid = getattr(event, "job_id", None)
-        ids = [jid] if isinstance(jid, int) else sorted(set(self.app_links) | set(self._hostfiles))
+        if isinstance(jid, int):
+            ids = [jid]
+        elif isinstance(event, (ev.NodeDown, ev.NodesRemoved)):  # the only others that take hosts
+            ids = sorted(set(self.app_links) | set(self._hostfiles))
+        else:
+            return  # a policy pass orders and starts, but changes no running job's hosts
         for j in ids:
             job = self.core.jobs.get(j)
             if job is None or not job.state.holds_nodes:
