@@ -62,4 +62,4 @@ def _host_launcher(
                            options=SSHOptions(**options), tag=tag)
     from elasticd.launch.srun import SrunLauncher  # make_launcher checked the kind
 
-    return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, **options)
+    return SrunLauncher(on_exit, on_hosts_gone, kill_wait=kill_wait, tag=tag, **options)

@@ -29,6 +29,7 @@ What it adds, and why:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -43,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from elastic_protocol.jobspec import JobSpec
 from elasticd.errors import LaunchError
 from elasticd.launch.base import ExitCallback, HostsGoneCallback, Launcher, LaunchRequest, call_back
 
@@ -123,6 +125,39 @@ class _MpiRun:
     def restart_file(self) -> Path:
         return self.req.job_dir / "mpi-restart"
 
+    @property
+    def record_file(self) -> Path:
+        return self.req.job_dir / "mpi-run.json"
+
+    def save(self) -> None:
+        """What a restarted daemon needs to take the run over (`MpiLauncher.adopt`); beside
+        the journal, which holds the same secret."""
+        r = self.req
+        data = {"tag": self.tag, "tmp": str(self.tmp), "hosts": self.hosts, "restarts": self.restarts,
+                "spec": r.spec.model_dump(mode="json"), "app_address": r.app_address, "secret": r.job_secret}
+        tmp = self.record_file.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.record_file)
+        except OSError as exc:
+            log.error("job %d: cannot record the run in %s (%s): a restarted daemon could not take it over",
+                      self.job_id, self.record_file, exc.strerror or exc)
+
+    @classmethod
+    def load(cls, job_id: int, job_dir: Path) -> _MpiRun | None:
+        try:
+            data = json.loads((job_dir / "mpi-run.json").read_text())
+            spec = JobSpec.model_validate(data["spec"])
+            hosts = [str(h) for h in data["hosts"]]
+            req = LaunchRequest(job_id, spec, tuple(hosts[:1]), tuple(hosts), str(data["app_address"]),
+                                str(data["secret"]), job_dir)
+            return cls(job_id, req, hosts, str(data["tag"]), Path(data["tmp"]), restarts=int(data["restarts"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("job %d: cannot read %s/mpi-run.json (%s): its ranks are not taken over", job_id, job_dir, exc)
+            return None
+
 
 class MpiLauncher:
     """The daemon's launcher: MPI jobs here, every other job to the host launcher."""
@@ -161,11 +196,36 @@ class MpiLauncher:
         if start is not None:
             await start(hosts)
 
+    async def add_hosts(self, hosts: list[str], slurm_job: str | None = None) -> list[str]:
+        add = getattr(self.base, "add_hosts", None)
+        added: list[str] = list(hosts) if add is None else await add(hosts, slurm_job)
+        self.nodes += [h for h in added if h not in self.nodes]
+        return added
+
+    async def remove_hosts(self, hosts: list[str]) -> None:
+        self.nodes = [n for n in self.nodes if n not in hosts]
+        remove = getattr(self.base, "remove_hosts", None)
+        if remove is not None:
+            await remove(hosts)
+
     async def close(self) -> None:
         for run in self.runs.values():
             for t in run.checks:
                 t.cancel()
         await self.base.close()
+
+    async def adopt(self, job_id: int, hosts: tuple[str, ...], job_dir: Path) -> list[str]:
+        """After a daemon restart: mpirun found again by the host launcher (on the job's
+        first host) and the run's record is the whole job, its ranks on every host."""
+        adopt = getattr(self.base, "adopt", None)
+        if adopt is None:
+            return []
+        found: list[str] = await adopt(job_id, hosts, job_dir)
+        run = _MpiRun.load(job_id, job_dir)
+        if run is None or not found:
+            return found
+        self.runs[job_id] = run
+        return [h for h in hosts if h in run.hosts]
 
     # ---- launch ----------------------------------------------------------------------------
     async def launch(self, req: LaunchRequest) -> None:
@@ -216,6 +276,7 @@ class MpiLauncher:
         argv = self._mpirun_argv(run, hostfile, env)
         spec = req.spec.model_copy(update={"command": argv, "env": env})
         all_hosts = tuple(run.hosts)
+        run.save()
         await self.base.launch(replace(req, spec=spec, hosts=all_hosts[:1], all_hosts=all_hosts, joining=False))
         log.info("job %d: mpirun (%s) on %s: %d ranks on %s", run.job_id, run.tag, all_hosts[0],
                  len(all_hosts) * settings.ranks_per_node, ",".join(all_hosts))
@@ -255,6 +316,7 @@ class MpiLauncher:
         if run is None:
             raise LaunchError(f"job {req.job_id} has no running mpirun to grow")
         run.hosts = list(req.all_hosts)
+        run.save()
         if run.mode == "spawn":
             task = asyncio.ensure_future(self._verify_grow(run, list(req.hosts)))
             run.checks.add(task)
@@ -338,6 +400,7 @@ class MpiLauncher:
             await self.base.reclaim(job_id, hosts, grace)
             return
         run.hosts = [h for h in run.hosts if h not in hosts]  # before any await: a restart must not use them
+        run.save()
         # The application leaves the hosts itself (spawn: its ranks disconnect and exit;
         # restart: the whole run exits): wait for that before ending anything.
         if await self._clear(run, list(hosts), max(grace, 10.0)):

@@ -17,6 +17,10 @@ Roles:
                         let the groups exit for GRACE s, SIGTERM them, SIGKILL what is left
                         after WAIT s; print `st TOKEN CODE SIGNAL` per token, then `gone`,
                         or `left PID...` if something survived SIGKILL
+  procs DIR JOB...      the processes recorded in DIR for these jobs (tokens JOB.*), oldest
+                        first: `proc TOKEN PGID CODE SIGNAL`, with `- -` while the monitor
+                        still waits for it and `? ?` when the monitor died without a
+                        record; then `done` (what a restarted daemon takes over)
   cleanup DIR           remove the status directory of this daemon run on this node
   sweep TAG HOST WAIT [JOB...]
                         end every process on this node whose environment carries
@@ -303,6 +307,40 @@ def watch(status_dir: str, heartbeat_text: str) -> None:
             os.write(1, ("\n".join(lines) + "\n").encode())
 
 
+def procs(status_dir: str, jobs: list[str]) -> None:
+    prefixes = tuple(f"{j}." for j in jobs)
+    try:
+        names = [n for n in os.listdir(status_dir) if n.endswith(".run") and n.startswith(prefixes)]
+    except FileNotFoundError:
+        names = []
+    found = []
+    for name in names:
+        token = name[:-4]
+        run = os.path.join(status_dir, name)
+        try:
+            with open(run) as f:
+                pgid = int(f.read().split()[0])
+            mtime = os.stat(run).st_mtime
+        except (OSError, ValueError, IndexError):
+            continue
+        status = "- -"
+        try:
+            with open(os.path.join(status_dir, token + ".st")) as f:
+                status = f.read().strip() or "? ?"
+        except FileNotFoundError:
+            if not _monitor_alive(run):
+                # It may have written its record and exited just now: look once more.
+                try:
+                    with open(os.path.join(status_dir, token + ".st")) as f:
+                        status = f.read().strip() or "? ?"
+                except FileNotFoundError:
+                    status = "? ?"
+        found.append((mtime, token, pgid, status))
+    lines = [f"proc {token} {pgid} {status}" for _, token, pgid, status in sorted(found)]
+    lines.append("done")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
 def cleanup(status_dir: str) -> None:
     if os.path.isdir(status_dir):
         for name in os.listdir(status_dir):
@@ -379,6 +417,8 @@ def main(argv: list[str]) -> None:
         watch(*args)
     elif role == "end":
         end(args[0], args[1], args[2], args[3:])
+    elif role == "procs":
+        procs(args[0], args[1:])
     elif role == "cleanup":
         cleanup(args[0])
     elif role == "sweep":

@@ -33,7 +33,7 @@ from elasticd.launch.base import (
     job_environment,
     output_paths,
 )
-from elasticd.launch.local import LocalLauncher, _HostProc, _open_output, proc_files
+from elasticd.launch.local import _WRAPPER, LocalLauncher, _HostProc, _marker, _open_output, proc_files
 
 # srun itself needs the cluster's configuration and the allocation it runs steps in.
 SRUN_NEEDS = frozenset({"SLURM_CONF", "SLURM_JOB_ID", "SLURM_JOBID"})
@@ -43,7 +43,7 @@ log = logging.getLogger("elasticd.launch.srun")
 
 class SrunLauncher(LocalLauncher):
     def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = defaults.KILL_WAIT,
-                 slurm_job: str | None = None) -> None:
+                 slurm_job: str | None = None, tag: str = "") -> None:
         job = slurm_job or os.environ.get("SLURM_JOB_ID")
         if not job:
             raise ElasticError("--launcher srun works inside a Slurm allocation (no SLURM_JOB_ID here)")
@@ -52,7 +52,24 @@ class SrunLauncher(LocalLauncher):
             raise ElasticError("--launcher srun needs srun, squeue and scancel on the PATH")
         self.slurm_job, self.srun, self.squeue, self.scancel = job, srun, squeue, scancel
         self._user_on_exit, self._user_on_hosts_gone = on_exit, on_hosts_gone
-        super().__init__(self._exit_verified, self._hosts_gone_verified, kill_wait=kill_wait)
+        super().__init__(self._exit_verified, self._hosts_gone_verified, kill_wait=kill_wait, tag=tag)
+        # Nodes of companion allocations (the daemon's allocation grew): their steps run in
+        # that Slurm job, not in the daemon's own.
+        self.host_jobs: dict[str, str] = {}
+
+    async def add_hosts(self, hosts: list[str], slurm_job: str | None = None) -> list[str]:
+        """Nodes of a companion allocation: their steps run in that Slurm job."""
+        for h in hosts:
+            if slurm_job is not None and slurm_job != self.slurm_job:
+                self.host_jobs[h] = slurm_job
+        return list(hosts)
+
+    async def remove_hosts(self, hosts: list[str]) -> None:
+        for h in hosts:
+            self.host_jobs.pop(h, None)
+
+    def job_of(self, host: str) -> str:
+        return self.host_jobs.get(host, self.slurm_job)
 
     def step_name(self, job_id: int, host: str) -> str:
         return f"elastic.{job_id}.{host}"
@@ -61,26 +78,45 @@ class SrunLauncher(LocalLauncher):
                          workdir: Path) -> _HostProc:
         out, err = output_paths(req.spec, req.job_id, host, index, workdir)
         argv = [
-            self.srun, f"--jobid={self.slurm_job}", "--nodes=1", "--ntasks=1", f"--nodelist={host}",
+            self.srun, f"--jobid={self.job_of(host)}", "--nodes=1", "--ntasks=1", f"--nodelist={host}",
             "--overlap", f"--job-name={self.step_name(req.job_id, host)}", "--quiet",
             "--kill-on-bad-exit=0", "--open-mode=append", f"--chdir={workdir}",
             # srun reads % patterns in file names: the paths are already expanded.
             f"--output={_literal(out)}", f"--error={_literal(err)}",
             *req.spec.command,
         ]
+        pid_file, status_file = proc_files(req.job_dir, host)
+        for stale in (pid_file, status_file):  # a host the job had before (shrunk, grown back)
+            stale.unlink(missing_ok=True)
+        env = job_environment(req, host, index, hostfile, keep=SRUN_NEEDS)
+        env["SLURM_JOB_ID"] = env["SLURM_JOBID"] = self.job_of(host)
+        env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)
         fd = _open_output(req.job_dir / f"srun-{host}.log")
         try:
+            # srun runs under the local launcher's wrapper, which records its exit status
+            # (the step's): a restarted daemon finds it again (`adopt`) and learns how it ended.
             proc = await asyncio.create_subprocess_exec(
-                *argv, env=job_environment(req, host, index, hostfile, keep=SRUN_NEEDS), stdin=asyncio.subprocess.DEVNULL,
-                stdout=fd, stderr=fd, start_new_session=True,
+                "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), "", str(pid_file), str(status_file), *argv,
+                env=env, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
             )
         except OSError as exc:
             raise LaunchError(f"cannot run srun: {exc}") from None
         finally:
             os.close(fd)
-        # No exit-status wrapper under srun (a restarted daemon does not re-adopt srun
-        # steps): the status file is never written, srun's own exit code is what counts.
-        return _HostProc(host, proc, proc.pid, proc_files(req.job_dir, host)[1])
+        return _HostProc(host, proc, proc.pid, status_file)
+
+    async def end_strays(self, running: set[int]) -> dict[int, int]:
+        """The srun clients of jobs this daemon does not run (found by their tag), then any
+        step of such a job that Slurm still lists (named elastic.JOB.HOST): ended."""
+        ended = await super().end_strays(running)
+        keep = running | set(self._jobs)
+        for sid, name in (await self._steps()).items():
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[0] == "elastic" and parts[1].isdigit() and int(parts[1]) not in keep:
+                log.warning("step %s (%s) belongs to no running job: cancelling it", sid, name)
+                await self._run(self.scancel, "--quiet", sid)
+                ended[int(parts[1])] = ended.get(int(parts[1]), 0) + 1
+        return ended
 
     # ---- verification at Slurm's level ----------------------------------------------------
     async def _hosts_gone_verified(self, job_id: int, hosts: list[str]) -> None:
@@ -111,7 +147,8 @@ class SrunLauncher(LocalLauncher):
             await asyncio.sleep(0.2)
 
     async def _steps(self) -> dict[str, str]:
-        out = await self._run(self.squeue, "-h", "-s", "-j", self.slurm_job, "-o", "%i|%j")
+        jobs = ",".join(sorted({self.slurm_job, *self.host_jobs.values()}))
+        out = await self._run(self.squeue, "-h", "-s", "-j", jobs, "-o", "%i|%j")
         steps = {}
         for line in out.splitlines():
             sid, _, name = line.strip().partition("|")

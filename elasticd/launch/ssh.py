@@ -14,6 +14,11 @@ one a call cannot reach, is reported down (the daemon then ends or shrinks its j
 retried every `retry_interval` seconds. Before a node that comes back is used again, the
 process groups of its lost jobs are ended there.
 
+The status files live in a directory named after the state directory's tag, and a token
+starts with its job's id: a daemon restarted after kill -9 lists a job's records on each
+node (`procs`) and takes the processes over (`adopt`) — watched, ended and reported as if
+it had started them.
+
 Ending processes (shrink, cancel, time limit) is one `end` call per node: wait for the
 grace period, SIGTERM to -PGID, SIGKILL after the kill-wait, then a /proc scan on that
 node verifies that no member of the groups is left; only then are hosts reported gone.
@@ -76,6 +81,9 @@ _SSH_FAILURES = (OSError, EOFError, paramiko.SSHException)
 # The exit code reported for a process whose exit status could not be learnt.
 UNKNOWN_EXIT = 255
 
+# Exit records kept for tokens nobody holds (a restarted daemon's, until it adopts them).
+_MAX_UNCLAIMED = 10_000
+
 HostDownCallback = Callable[[str, str], None]
 HostUpCallback = Callable[[str], None]
 
@@ -123,6 +131,9 @@ class _HostLink:
         # node is not used until a sweep succeeds.
         self.needs_sweep = False
         self.retry_task: asyncio.Task[None] | None = None
+        # Given back with the allocation (elasticd.daemon.allocation_resize): not watched,
+        # not retried, until it is added again.
+        self.retired = False
 
     # ---- executor thread ----------------------------------------------------------------
     def connect(self) -> None:
@@ -277,10 +288,19 @@ class SSHLauncher:
         self.on_host_up = on_host_up
         self.kill_wait = kill_wait
         self.options = options or SSHOptions()
-        # Node-local status files of this daemon run: unique, so two daemons sharing a
-        # node (or all the virtual nodes sharing one /tmp) never mix.
-        self.run_dir = f"/tmp/elastic-{os.getuid()}-{os.getpid()}-{secrets.token_hex(4)}"
+        # Node-local status files: per state directory (its tag), so a daemon restarted on
+        # it finds the records of the processes it started before (`adopt`), and two
+        # daemons sharing a node (or all the virtual nodes sharing one /tmp) never mix.
+        self.run_dir = (f"/tmp/elastic-{os.getuid()}-{tag}" if tag
+                        else f"/tmp/elastic-{os.getuid()}-{os.getpid()}-{secrets.token_hex(4)}")
+        # Tokens name a job first (`procs` finds a job's records by it) and this run next,
+        # so a restarted daemon never reuses an earlier run's token.
+        self._run_id = secrets.token_hex(3)
+        # Exits reported for tokens nobody holds yet: a restarted daemon's watch channels
+        # report the records of processes it has not taken over yet (`adopt` claims them).
+        self._unclaimed: dict[str, tuple[str, str]] = {}
         self._links: dict[str, _HostLink] = {}
+        self._fabric_config: Any = None
         self._jobs: dict[int, _SSHJob] = {}
         self._tokens: dict[str, tuple[int, str]] = {}
         self._spawning: set[str] = set()
@@ -297,9 +317,9 @@ class SSHLauncher:
 
         self._loop = asyncio.get_running_loop()
         cfg = self.options.ssh_config
-        fabric_config = fabric.Config(runtime_ssh_path=str(cfg)) if cfg else fabric.Config()
+        self._fabric_config = fabric.Config(runtime_ssh_path=str(cfg)) if cfg else fabric.Config()
         for h in hosts:
-            self._links[h] = _HostLink(h, self.options, fabric_config, f"{self.run_dir}/{h}", self._post)
+            self._links[h] = _HostLink(h, self.options, self._fabric_config, f"{self.run_dir}/{h}", self._post)
         results = await asyncio.gather(*(self._connect(h) for h in hosts), return_exceptions=True)
         for h, r in zip(hosts, results):
             if isinstance(r, BaseException):
@@ -316,7 +336,9 @@ class SSHLauncher:
         for link in self._links.values():
             if link.retry_task is not None:
                 link.retry_task.cancel()
-        up = [h for h, link in self._links.items() if link.up]
+        # The nodes' records of the processes are what a restarted daemon takes them over
+        # by: removed only when no job is left running.
+        up = [h for h, link in self._links.items() if link.up and not self._jobs]
         await asyncio.gather(
             *(self._call(h, "cleanup", [self._links[h].status_dir], timeout=5) for h in up),
             return_exceptions=True,
@@ -325,6 +347,41 @@ class SSHLauncher:
         await asyncio.gather(*(loop.run_in_executor(None, link.abort) for link in self._links.values()))
         for link in self._links.values():
             link.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def add_hosts(self, hosts: list[str], slurm_job: str | None = None) -> list[str]:
+        """Nodes joining (the allocation grew): connected and watched; the ones reachable."""
+        for h in hosts:
+            link = self._links.get(h)
+            if link is None:
+                self._links[h] = _HostLink(h, self.options, self._fabric_config, f"{self.run_dir}/{h}", self._post)
+            else:
+                link.retired = False
+        results = await asyncio.gather(*(self._connect(h) for h in hosts), return_exceptions=True)
+        added = []
+        for h, r in zip(hosts, results):
+            if isinstance(r, BaseException):
+                log.warning("node %s cannot join: %s", h, r)
+                self._links[h].retired = True
+            else:
+                added.append(h)
+        return added
+
+    async def remove_hosts(self, hosts: list[str]) -> None:
+        """Nodes leaving (given back): no job runs there; their link and records go."""
+        loop = asyncio.get_running_loop()
+        for h in hosts:
+            link = self._links.get(h)
+            if link is None:
+                continue
+            link.retired = True
+            if link.retry_task is not None:
+                link.retry_task.cancel()
+                link.retry_task = None
+            if link.up:
+                with contextlib.suppress(HostUnreachable, RemoteError):
+                    await self._call(h, "cleanup", [link.status_dir], timeout=5)
+            link.up = False
+            await loop.run_in_executor(None, link.abort)
 
     def node_states(self) -> dict[str, bool]:
         return {h: link.up for h, link in self._links.items()}
@@ -388,7 +445,7 @@ class SSHLauncher:
     async def _spawn_one(self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path) -> _RemoteProc:
         out, err = output_paths(req.spec, req.job_id, host, index, workdir)
         self._seq += 1
-        token = f"{req.job_id}.{self._seq}"
+        token = f"{req.job_id}.{self._run_id}{self._seq}"
         env = {k: v for k, v in job_environment(req, host, index, hostfile).items() if k not in _NOT_FORWARDED}
         if self.tag:
             env["ELASTIC_TAG"] = f"{self.tag}/{req.job_id}/{host}"
@@ -519,7 +576,7 @@ class SSHLauncher:
 
     def _on_watch(self, host: str, gen: int, line: str | None) -> None:
         link = self._links[host]
-        if gen != link.generation or self._closing:
+        if gen != link.generation or self._closing or link.retired:
             return
         if line is None:
             if link.up:
@@ -533,6 +590,9 @@ class SSHLauncher:
     def _exit_reported(self, token: str, code: str, sig: str) -> None:
         where = self._tokens.get(token)
         if where is None:
+            if len(self._unclaimed) >= _MAX_UNCLAIMED:
+                self._unclaimed.pop(next(iter(self._unclaimed)))
+            self._unclaimed[token] = (code, sig)
             return
         job = self._jobs.get(where[0])
         p = job.procs.get(where[1]) if job is not None else None
@@ -585,7 +645,7 @@ class SSHLauncher:
     def _host_failed(self, host: str, why: str) -> None:
         """Mark the node down, tell the daemon, and settle the jobs that ran there."""
         link = self._links[host]
-        if self._closing or (not link.up and link.retry_task is not None):
+        if self._closing or link.retired or (not link.up and link.retry_task is not None):
             return
         link.up = False
         # Whatever ran there may run on unseen: swept (if this daemon tags its jobs) before
@@ -614,7 +674,7 @@ class SSHLauncher:
             except (HostUnreachable, RemoteError) as exc:
                 log.debug("node %s still unreachable: %s", host, exc)
                 continue
-            if link.needs_sweep and not await self._sweep(host):
+            if link.needs_sweep and await self._sweep(host) is None:
                 link.abort()
                 continue
             if link.orphans:
@@ -640,27 +700,68 @@ class SSHLauncher:
             self.on_host_up(host)
             return
 
-    # ---- leftovers of an earlier run ------------------------------------------------------
+    # ---- after a daemon restart -------------------------------------------------------------
+    async def adopt(self, job_id: int, hosts: tuple[str, ...], job_dir: Path) -> list[str]:
+        """Take over a job's processes after a daemon restart, from their monitors' records
+        on each node: watched again, ended and reported as if started here. The hosts where
+        the job has a process, running or ended with a record; a node that cannot be reached
+        is left out (the daemon has it down: a node failure for the job)."""
+        reachable = [h for h in hosts if h in self._links and self._links[h].up]
+        results = await asyncio.gather(
+            *(self._call(h, "procs", [self._links[h].status_dir, str(job_id)]) for h in reachable),
+            return_exceptions=True)
+        job = _SSHJob(job_id)
+        for host, r in zip(reachable, results):
+            if isinstance(r, BaseException):
+                if isinstance(r, HostUnreachable):
+                    self._host_failed(host, f"cannot take over the processes of job {job_id}: {r}")
+                else:
+                    log.error("%s: cannot list the processes of job %d: %s", host, job_id, r)
+                continue
+            records = [ln.split() for ln in r if ln.startswith("proc ")]
+            records = [w for w in records if len(w) == 5]
+            if not records:
+                continue
+            # The newest record that still runs, else the newest: an earlier one on this host
+            # (shrunk off, grown back) was ended and reported before.
+            running = [w for w in records if w[3] == "-"]
+            _, token, pgid, code, sig = (running or records)[-1]
+            p = _RemoteProc(host, token, int(pgid))
+            job.procs[host] = p
+            self._tokens[token] = (job_id, host)
+            if code != "-":
+                self._finished(p, code, sig)
+        if not job.procs:
+            return []
+        self._jobs[job_id] = job
+        for p in job.procs.values():
+            early = self._unclaimed.pop(p.token, None)
+            if early is not None and not p.finished:
+                self._finished(p, *early)
+        self._maybe_done(job)
+        return list(job.procs)
+
     async def end_strays(self, running: set[int]) -> dict[int, int]:
-        """End, on every reachable node, the processes of jobs this daemon does not run (the
-        jobs of a daemon that was killed, which an SSH launcher cannot take over), verified
-        gone before the node is used again; a node where that fails is marked down and
-        swept again when it is retried. How many were ended, per job."""
+        """End, on every reachable node, the processes of jobs this daemon does not run there
+        (a lost journal's, or on a node a job went on without), verified gone before the
+        node is used again; a node where that fails is marked down and swept again when it
+        is retried. How many were ended, per job."""
         if not self.tag:
             return {}
-        keep = sorted(running | set(self._jobs))
         hosts = [h for h, link in self._links.items() if link.up]
-        results = await asyncio.gather(*(self._sweep(h, keep) for h in hosts))
+        results = await asyncio.gather(*(self._sweep(h) for h in hosts))
         ended: dict[int, int] = {}
         for counts in results:
             for job, n in (counts or {}).items():
                 ended[job] = ended.get(job, 0) + n
         return ended
 
-    async def _sweep(self, host: str, keep: list[int] | None = None) -> dict[int, int] | None:
-        """Sweep one node; None (and the node down) when it cannot be verified clean."""
+    async def _sweep(self, host: str) -> dict[int, int] | None:
+        """Sweep one node of the processes of every job that has no live process of its own
+        there; None (and the node down) when it cannot be verified clean."""
         link = self._links[host]
-        ids = [str(j) for j in (keep if keep is not None else sorted(self._jobs))]
+        ids = [str(j) for j, job in sorted(self._jobs.items())
+               if host in job.procs and not job.procs[host].lost and not job.procs[host].released]
         try:
             lines = await self._call(host, "sweep", [self.tag, host, f"{self.kill_wait:g}", *ids],
                                      timeout=self.kill_wait + 5 + self.options.call_timeout)

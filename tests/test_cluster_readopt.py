@@ -1,0 +1,188 @@
+"""A daemon killed with -9 in cluster mode loses no job: restarted on its state directory it
+takes over the processes its SSH and srun launchers started (rigid, malleable and MPI), from
+the monitors' records on each node and from Slurm's step list, and every job ends exactly
+once with its true exit status. Needs root and the packages, as tests/test_cluster_vcluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
+from mpi_support import jacobi_job, mpi_skip_reason
+from test_cluster_environment import HOLD, allocation, daemon_in
+from test_cluster_vcluster import (  # noqa: F401 - the fixture
+    RECORDER,
+    VCluster,
+    alive,
+    assert_no_job_process_left,
+    cluster_daemon,
+    job_processes,
+    node_of,
+    pid_file,
+    vcluster,
+)
+
+NET = "10.200.0.0/24"
+
+
+def waiting_job(folder: Path, name: str, code: int) -> Path:
+    """Runs until the file `go-NAME` appears, then exits CODE."""
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "echo $$ > pid-{name}-$ELASTIC_HOST; while [ ! -e go-{name} ]; do sleep 0.1; done; exit {code}"]
+        nodes = 1
+        working_dir = "."
+        output = "{name}-%N.out"
+        time_limit = "3"
+    ''')
+
+
+def malleable_job(folder: Path) -> Path:
+    return write_job(folder, "mall", f'''
+        name = "mall"
+        command = ["{sys.executable}", "{RECORDER}"]
+        nodes = {{ min = 1, max = 2, preferred = 1 }}
+        kind = "malleable"
+        working_dir = "."
+        output = "mall-%N.out"
+        time_limit = "3"
+    ''')
+
+
+def ended_once(state: Path) -> dict[int, int]:
+    """How many times each job ended, by the daemon's event log (every start appended)."""
+    counts: dict[int, int] = {}
+    for line in (state / "events.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        e = rec.get("event") or {}
+        if e.get("type") in ("Exited", "JobLost"):
+            counts[e["job_id"]] = counts.get(e["job_id"], 0) + 1
+    return counts
+
+
+def kill_9(d: RunningDaemon) -> None:
+    os.kill(d.record.pid, signal.SIGKILL)
+    psutil.Process(d.record.pid).wait(timeout=10)
+
+
+@pytest.mark.timeout(200)
+def test_after_kill_9_ssh_jobs_rigid_malleable_and_mpi_are_taken_over_and_end_once_with_their_status(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    d = cluster_daemon(vcluster, state, "node[1-3]", extra=["--order-deadline", "20"])
+    try:
+        rigid = d.submit(waiting_job(work, "rigid", 7))
+        args = f'["--mca", "btl_tcp_if_include", "{NET}", "--mca", "oob_tcp_if_include", "{NET}"]'
+        mpi = d.submit(jacobi_job(work, "mpi", "spawn", "1", 0.03, points=2000, iterations=800, time_limit="3",
+                                  mpi_fields=f"ranks_per_node = 2, mpirun_args = {args}"))
+        assert wait_until(lambda: d.job(mpi)["state"] == "RUNNING" and d.job(rigid)["state"] == "RUNNING", 20)
+        mall = d.submit(malleable_job(work))  # the one node left
+        d.wait_event(mall, "registered", timeout=30)
+        rigid_host = d.job(rigid)["hosts"][0]
+        rigid_pid = pid_file(work, f"pid-rigid-{rigid_host}")
+        mall_host = d.job(mall)["hosts"][0]
+        leader = pid_file(work, f"pid-{mall_host}")
+        assert node_of(rigid_pid) == rigid_host and node_of(leader) == mall_host
+
+        kill_9(d)
+        d = cluster_daemon(vcluster, state, "node[1-3]", extra=["--order-deadline", "20"])
+        log = (state / "daemon.log").read_text()
+        for jid in (rigid, mall, mpi):
+            assert f"job {jid}: found again on" in log, log[-3000:]
+            assert d.job(jid)["state"] == "RUNNING"
+        assert alive(rigid_pid) and alive(leader), "a process of a taken-over job was ended"
+
+        # The rigid job's own exit status, not a guess.
+        (work / "go-rigid").touch()
+        d.wait([rigid], timeout=30)
+        info = d.job(rigid)
+        assert (info["state"], info["exit_code"]) == ("FAILED", 7), info
+        # The malleable job's application reconnected (resume) and takes orders again.
+        d.wait_event(mall, "registered", count=2, timeout=30)
+        assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
+        grown = d.wait_event(mall, "grown", timeout=40)
+        assert len(grown["hosts"]) == 2
+        (work / "finish").touch()
+        d.wait([mall, mpi], timeout=120)
+        assert d.job(mall)["state"] == "COMPLETED", (work / f"mall-{mall_host}.out").read_text()
+        assert d.job(mpi)["state"] == "COMPLETED", (work / "mpi.out").read_text()
+        assert ended_once(state) == {rigid: 1, mall: 1, mpi: 1}
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(200)
+def test_after_kill_9_srun_steps_are_taken_over_and_end_once_with_their_status(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    start = "elasticd start --launcher srun --kill-wait 2 --order-deadline 20"
+    # The daemon starts, is killed with -9 by the test, and is started again in the same
+    # allocation; the allocation ends when the second daemon is stopped.
+    script = f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
+    with allocation(vcluster, tmp_path, script, env, name="srun-readopt") as salloc:
+        d = daemon_in(state, salloc, tmp_path, "srun-readopt")
+        try:
+            rigid = d.submit(waiting_job(work, "rigid", 5))
+            other = d.submit(waiting_job(work, "other", 0))
+            assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING" == d.job(other)["state"], 20)
+            mall = d.submit(malleable_job(work))  # the one node left
+            d.wait_event(mall, "registered", timeout=40)
+            rigid_pid = pid_file(work, f"pid-rigid-{d.job(rigid)['hosts'][0]}")
+            mall_host = d.job(mall)["hosts"][0]
+            leader = pid_file(work, f"pid-{mall_host}")
+            first = d.record.pid
+            kill_9(d)
+            (tmp_path / "restart").touch()
+            assert wait_until(lambda: (rec := _record(state)) is not None and rec.pid != first, 60)
+            d = daemon_in(state, salloc, tmp_path, "srun-readopt")
+            log = (state / "daemon.log").read_text()
+            assert f"job {rigid}: found again on" in log and f"job {mall}: found again on" in log, log[-3000:]
+            assert alive(rigid_pid) and alive(leader)
+            d.wait_event(mall, "registered", count=2, timeout=30)
+
+            (work / "go-rigid").touch()
+            (work / "go-other").touch()
+            d.wait([rigid, other], timeout=30)
+            info = d.job(rigid)
+            assert (info["state"], info["exit_code"]) == ("FAILED", 5), info
+            assert d.job(other)["state"] == "COMPLETED"
+            assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
+            assert len(d.wait_event(mall, "grown", timeout=40)["hosts"]) == 2
+            (work / "finish").touch()
+            d.wait([mall], timeout=60)
+            assert d.job(mall)["state"] == "COMPLETED", (work / f"mall-{mall_host}.out").read_text()
+            assert ended_once(state) == {rigid: 1, other: 1, mall: 1}
+            steps = subprocess.run(["squeue", "-h", "-s", "-o", "%j"], env=env, capture_output=True, text=True,
+                                   timeout=30, check=True)
+            assert "elastic." not in steps.stdout, steps.stdout
+        finally:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+def _record(state: Path):  # type: ignore[no-untyped-def]
+    from elasticd.statedir import read_record
+
+    return read_record(state)
+
+
+__all__ = ["BIN", "job_processes"]
