@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd import defaults
@@ -89,7 +89,7 @@ def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
     events = job.events
     seen = job._history_seen
     if seen != len(events):
-        new = tuple((e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES)
+        new = tuple([(e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES])
         if new:
             job._history += new
         job._history_seen = len(events)
@@ -133,11 +133,17 @@ class Core:
         # Pending jobs in queue order with their policy view, built once at submit: a
         # snapshot is then one C-level copy, not a loop over a queue thousands deep.
         self._pending: dict[int, PendingView] = {}
-        self._active: dict[int, None] = {}
-        # Policy views of running jobs, rebuilt only after the job changed (every change goes
-        # through _mut or _touch) or its deferral expired: a pass per event on a 4,000-node
-        # trace must not rebuild every running job's view each time.
-        self._views: dict[int, tuple[RunningView, float]] = {}
+        self._pending_tuple: tuple[PendingView, ...] | None = None  # what snapshots share until it changes
+        # Jobs holding nodes, in the order they started, with their policy view (None: to be
+        # built at the next snapshot). A view is rebuilt only after its job changed (every
+        # change goes through _mut) or its deferral expired, and the snapshot's tuple of them
+        # only after one of them did: a pass per event on a 4,000-node trace must not rebuild
+        # every running job's view, nor the tuple, each time.
+        self._active: dict[int, RunningView | None] = {}
+        self._stale: set[int] = set()  # active jobs whose view is to be built
+        self._running_tuple: tuple[RunningView, ...] | None = None
+        self._expiring: dict[int, float] = {}  # views valid only until then (a deferral, a back-off)
+        self._incoming_of: dict[int, int] = {}  # nodes promised back, per job that has any
         # Jobs changed since the driver last took them (take_changed): what a journal writes.
         self._changed: set[int] = set()
         self._tx: _Transaction | None = None
@@ -196,7 +202,9 @@ class Core:
         """The job, about to be changed: its cached view is dropped, the journal told, and
         inside a transaction its state before the change kept (for rollback)."""
         job = self.job(job_id)
-        self._views.pop(job_id, None)
+        if job_id in self._active:
+            self._active[job_id] = None
+            self._stale.add(job_id)
         self._changed.add(job_id)
         tx = self._tx
         if tx is not None and job_id not in tx.before and job_id not in tx.created:
@@ -230,6 +238,7 @@ class Core:
         self._next_id, self._next_order = tx.next_id, tx.next_order
         self._pending = {j.job_id: self._pending_view(j) for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
                          if j.state is JobState.PENDING}
+        self._pending_tuple = None
         self._active = {jid: None for jid in tx.active if self.jobs[jid].state.holds_nodes}
         nodes = NodeTable(tx.names)
         nodes.remove(sorted(tx.gone, key=nodes.index.__getitem__))
@@ -238,7 +247,10 @@ class Core:
         for jid in self._active:
             nodes.claim(jid, self.jobs[jid].hosts)
         self.nodes = nodes
-        self._views.clear()
+        self._stale = set(self._active)
+        self._running_tuple = None
+        self._expiring.clear()
+        self._incoming_of.clear()
         self._changed = tx.changed
 
     def requeue_changed(self, jobs: Iterable[Job]) -> None:
@@ -303,30 +315,47 @@ class Core:
         return f"it is {job.state.value}"
 
     def snapshot(self, now: float) -> Snapshot:
-        pending = tuple(self._pending.values())
-        running = []
-        incoming = 0
-        views = self._views
-        for jid in self._active:
-            cached = views.get(jid)
-            if cached is not None and now < cached[1]:
-                view = cached[0]
-            else:
+        pending = self._pending_tuple
+        if pending is None:
+            pending = self._pending_tuple = tuple(self._pending.values())
+        active = self._active
+        stale = self._stale
+        if self._expiring:
+            for jid, until in self._expiring.items():
+                if now >= until:
+                    stale.add(jid)
+        if stale:
+            incoming_of = self._incoming_of
+            expiring = self._expiring
+            for jid in stale:
+                if jid not in active:
+                    continue
                 j = self.jobs[jid]
                 view = self._running_view(j, now)
+                active[jid] = view
                 # Until a deferral or back-off ends, when the view's malleable_ready flips.
                 valid_until = math.inf
                 if j.no_orders_until > now:
                     valid_until = j.no_orders_until
                 if now < j.refused_until < valid_until:
                     valid_until = j.refused_until
-                views[jid] = (view, valid_until)
-            running.append(view)
-            if view.ending:
-                incoming += view.size + view.leaving
-            else:
-                incoming += view.leaving + view.shrinking
-        return Snapshot(now, self.nodes.total, self.nodes.free_count, pending, tuple(running), incoming)
+                if valid_until < math.inf:
+                    expiring[jid] = valid_until
+                else:
+                    expiring.pop(jid, None)
+                back = view.size + view.leaving if view.ending else view.leaving + view.shrinking
+                if back:
+                    incoming_of[jid] = back
+                else:
+                    incoming_of.pop(jid, None)
+            stale.clear()
+            self._running_tuple = None
+        running = self._running_tuple
+        if running is None:
+            # Every view is built now (stale ones just were).
+            running = self._running_tuple = cast("tuple[RunningView, ...]", tuple(active.values()))
+        incoming = sum(self._incoming_of.values()) if self._incoming_of else 0
+        return Snapshot(now, self.nodes.total, self.nodes.free_count, pending, running, incoming)
 
     def _running_view(self, j: Job, now: float) -> RunningView:
         lo, hi, pref = j.bounds
@@ -384,8 +413,10 @@ class Core:
             job.bounds = (lo, min(hi, self.nodes.total), min(pref, self.nodes.total))
             if job.state is JobState.PENDING:
                 self._pending[job.job_id] = self._pending_view(job)
+                self._pending_tuple = None
             elif job.state.holds_nodes:
                 self._active[job.job_id] = None
+                self._stale.add(job.job_id)
                 job.malleable_ready = False
                 job.record(now, K.RECOVERED, Cause.DAEMON, "daemon restarted")
                 try:
@@ -423,6 +454,7 @@ class Core:
         if self._tx is not None:
             self._tx.created.add(job.job_id)
         self._pending[job.job_id] = self._pending_view(job)
+        self._pending_tuple = None
         self._changed.add(job.job_id)
         job.record(ev.time, K.SUBMITTED, ev.cause)
         return []
@@ -501,7 +533,9 @@ class Core:
         start_limit(job, now)
         job.account(now)
         del self._pending[job.job_id]
+        self._pending_tuple = None
         self._active[job.job_id] = None
+        self._stale.add(job.job_id)
         job.record(now, K.STARTED, Cause.POLICY)
         return [Launch(job.job_id, tuple(job.hosts)), *self._limit_of(job)]
 
@@ -771,6 +805,7 @@ class Core:
     def _cancel_job(self, job: Job, now: float, cause: Cause, why: str) -> list[Action]:
         if job.state is JobState.PENDING:
             del self._pending[job.job_id]
+            self._pending_tuple = None
             job.state = JobState.CANCELLED
             job.end_time = now
             job.reason = why
@@ -842,7 +877,7 @@ class Core:
         held = self.nodes.release_all(job.job_id)
         if held != len(job.hosts):
             raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
-        self._active.pop(job.job_id, None)
+        self._forget_active(job.job_id)
         if job.order is not None:
             job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: job ended")
             job.order = None
@@ -858,7 +893,14 @@ class Core:
         job.account(now)
         job.record(now, K.ENDED, cause, f"{state.value} {job.exit_text or ''}".strip())
         job.hosts = []
-        self._views.pop(job.job_id, None)
+
+    def _forget_active(self, job_id: int) -> None:
+        if job_id in self._active:
+            del self._active[job_id]
+            self._running_tuple = None
+        self._stale.discard(job_id)
+        self._expiring.pop(job_id, None)
+        self._incoming_of.pop(job_id, None)
 
     def _stop_all(self, ev: StopRequested) -> list[Action]:
         """Daemon shutdown: cancel the queue and end every running job."""

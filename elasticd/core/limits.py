@@ -20,8 +20,11 @@ def _rate(job: Job, n: int) -> float:
     model = job.spec.model
     if model is None or n <= 0:
         return 1.0
+    pref = job.spec.node_bounds[2]
+    if n == pref:
+        return 1.0  # S(n) / S(n), exactly 1.0 whatever the model: no need to parse it
     s = model.speedup_model
-    return s.speedup(n) / s.speedup(job.spec.node_bounds[2])
+    return s.speedup(n) / s.speedup(pref)
 
 
 def start_limit(job: Job, now: float) -> float | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from elasticd.policies.base import (
     Decision,
@@ -45,35 +44,60 @@ def shadow_time(
     """
     if available >= need:
         return now, available - need
-    avail = available
-    inf = math.inf
-    # (end, nodes coming back); jobs past their end count as ending now, all together.
-    ordered = sorted(
-        [
-            (r.estimated_end, r.size - r.shrinking)
-            for r in running
-            if not r.ending
-        ]
-    )
-    i, n = 0, len(ordered)
+    return _reservation(now, available, need, [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending])
+
+
+def _reservation(now: float, avail: int, need: int, coming: list[tuple[float, int]]) -> tuple[float, int]:
+    """shadow_time's walk over (end, nodes coming back) pairs, in any order (sorted here);
+    jobs past their end count as ending now, all together."""
+    coming.sort()
+    i, n = 0, len(coming)
     while i < n:
-        t = ordered[i][0]
+        t = coming[i][0]
         t = max(t, now)
-        while i < n and ordered[i][0] <= t:
-            avail += ordered[i][1]
+        while i < n and coming[i][0] <= t:
+            avail += coming[i][1]
             i += 1
         if avail >= need:
             return t, avail - need
-    return inf, 0
+    return math.inf, 0
 
 
-@dataclass
 class EasyResult:
-    starts: list[Start]
-    free: int  # idle nodes left after the starts
-    extra: int  # of those, how many the blocked head does not need at its reservation
-    waiting: list[PendingView]  # not started, in queue order
-    backfilled: int = 0  # jobs started past the blocked head
+    """What an EASY pass started and what it left. The blocked head's reservation (and so
+    `extra`) is computed only when something needs it: a later job that fits in the idle
+    nodes, or a caller reading `extra`; `waiting` is listed only when read."""
+
+    __slots__ = ("_extra", "_head", "_pending", "_reservation", "_skip", "backfilled", "free", "starts")
+
+    def __init__(self, starts: list[Start], free: int, extra: int | None, pending: tuple[PendingView, ...] = (),
+                 head: int = 0, skip: list[int] | None = None) -> None:
+        self.starts = starts
+        self.free = free  # idle nodes left after the starts
+        self._extra = extra
+        # The queue the pass saw, where its blocked head is, and the later jobs it started.
+        self._pending = pending
+        self._head = head
+        self._skip = skip
+        self.backfilled = 0 if skip is None else len(skip)  # jobs started past the blocked head
+        self._reservation: tuple[float, int, int, tuple[RunningView, ...], list[tuple[float, int]]] | None = None
+
+    @property
+    def extra(self) -> int:
+        """Of the idle nodes left, how many the blocked head does not need at its reservation."""
+        if self._extra is None:
+            assert self._reservation is not None
+            self._extra = min(self.free, shadow_of(*self._reservation)[1])
+        return self._extra
+
+    @property
+    def waiting(self) -> list[PendingView]:
+        """The jobs not started, in queue order."""
+        pending, skip = self._pending, self._skip
+        if not skip:
+            return list(pending[self._head :])
+        started = set(skip)
+        return [pending[k] for k in range(self._head, len(pending)) if k not in started]
 
 
 def easy_pass(
@@ -85,49 +109,69 @@ def easy_pass(
     job can start on (its reservation is made for that many)."""
     free = snap.free_nodes
     pending = snap.pending
+    now = snap.now
+    inf = math.inf
     starts: list[Start] = []
-    started: list[RunningView] = []
-    i = 0
+    # (when its limit falls, nodes) of each job started here, for the head's reservation.
+    started: list[tuple[float, int]] = []
+    i, count = 0, len(pending)
     # Start from the head while jobs fit, exactly as FCFS.
-    while i < len(pending):
-        n = size(pending[i], free)
+    while i < count:
+        job = pending[i]
+        n = size(job, free)
         if n is None:
             break
-        job = pending[i]
         starts.append(Start(job.job_id, n))
-        started.append(_as_running(job, n, snap.now))
+        limit = limit_at(job, n)
+        started.append((inf if limit is None else now + limit, n))
         free -= n
         i += 1
-    if i == len(pending):
-        return EasyResult(starts, free, free, [])
-    head = pending[i]
-    waiting = [head]
-    rest = pending[i + 1 :]
+    if i == count:
+        return EasyResult(starts, free, free)
     if free <= 0:  # nothing else can start, and no node is spare: the reservation is moot
-        waiting.extend(rest)
-        return EasyResult(starts, free, 0, waiting, len(starts) - i)
-    shadow, extra = shadow_time(snap.now, free + snap.incoming_nodes, need(head), snap.running + tuple(started))
-    now = snap.now
-    for k, job in enumerate(rest):
+        return EasyResult(starts, free, 0, pending, i)
+    available = free + snap.incoming_nodes
+    head_need = need(pending[i])
+    running = snap.running
+    skip: list[int] = []
+    shadow = -inf
+    extra = 0
+    known = False
+    for k in range(i + 1, count):
         if free <= 0:
-            waiting.extend(rest[k:])  # nothing further can start
-            break
+            break  # nothing further can start
+        job = pending[k]
         if free < need(job):
-            waiting.append(job)
             continue
+        if not known:  # the head's reservation, when a later job first could use it
+            shadow, extra = shadow_of(now, available, head_need, running, started)
+            known = True
         n = size(job, free)
         limit = None if n is None else limit_at(job, n)
         ends_in_time = limit is not None and now + limit <= shadow
         if not ends_in_time:
             n = size(job, min(free, extra))
         if n is None:
-            waiting.append(job)
             continue
         starts.append(Start(job.job_id, n))
+        skip.append(k)
         free -= n
         if not ends_in_time:
             extra -= n
-    return EasyResult(starts, free, min(free, extra), waiting, len(starts) - i)
+    res = EasyResult(starts, free, min(free, extra) if known else None, pending, i, skip)
+    if not known:
+        res._reservation = (now, available, head_need, running, started)
+    return res
+
+
+def shadow_of(now: float, available: int, need: int, running: tuple[RunningView, ...],
+              started: list[tuple[float, int]]) -> tuple[float, int]:
+    """shadow_time over the running jobs and the (end, nodes) of the jobs just started."""
+    if available >= need:
+        return now, available - need
+    coming = [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending]
+    coming.extend(started)
+    return _reservation(now, available, need, coming)
 
 
 class EasyBackfill:
@@ -135,21 +179,8 @@ class EasyBackfill:
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         r = easy_pass(snap)
+        if not any(v.requested for v in snap.running):
+            out: list[Decision] = list(r.starts)  # no evolving job asks for nodes: no use for the spare
+            return out
         return [*r.starts, *grant_requests(snap, r.extra)]
 
-
-def _as_running(job: PendingView, n: int, now: float) -> RunningView:
-    return RunningView(
-        job_id=job.job_id,
-        kind=job.kind,
-        size=n,
-        min_nodes=job.min_nodes,
-        max_nodes=job.max_nodes,
-        preferred=job.preferred,
-        start_time=now,
-        time_limit=job.time_limit,
-        malleable_ready=False,
-        last_resize=None,
-        ending=False,
-        limit_end=None if (limit := limit_at(job, n)) is None else now + limit,
-    )
