@@ -18,6 +18,7 @@ its batch system's kill does.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from elasticd.sim.workload import SimJob
 _SUBMIT, _END, _WAKE, _LIMIT = 0, 1, 2, 3
 MAX_PASSES_PER_INSTANT = 8
 LIMIT_TIE = 1e-6
+_NO_FULL_COLLECTIONS = 1_000_000_000  # gc threshold2 during a run: see Simulation.run
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,22 @@ class Simulation:
         heapq.heappush(self._events, (t, self._seq, kind, a, b))
 
     def run(self) -> list[JobOutcome]:
+        """Every job's outcome.
+
+        CPython's collector of reference cycles rescans its oldest generation each time the
+        objects that outlive young collections grow by a quarter; a simulation keeps every
+        job's record to the end, so those full scans, over ever more records, cost a third
+        of a long run (3.3 of 8.8 s on theta-2023 repeated 8x). During the run only the young
+        generations are collected: the cycles a pass makes are short-lived and go with them
+        (peak memory is the same), and the oldest generation is left to the end."""
+        young, middle, oldest = gc.get_threshold()
+        gc.set_threshold(young, middle, max(oldest, _NO_FULL_COLLECTIONS))
+        try:
+            return self._run()
+        finally:
+            gc.set_threshold(young, middle, oldest)
+
+    def _run(self) -> list[JobOutcome]:
         for i, j in enumerate(self.jobs):
             self._push(j.submit, _SUBMIT, i)
         interval = getattr(self.policy, "min_resize_interval", None)
