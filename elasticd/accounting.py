@@ -12,6 +12,7 @@ from typing import Any
 
 from elasticd.core.events import SIZE_CHANGES, JobEventKind
 from elasticd.core.job import Job
+from elasticd.eventlog import Segment
 
 ACCOUNTING_VERSION = 1
 
@@ -89,3 +90,67 @@ def account(job: Job, now: float) -> JobAccount:
 
 def accounts(jobs: list[Job], now: float) -> list[JobAccount]:
     return [account(j, now) for j in sorted(jobs, key=lambda j: j.job_id)]
+
+
+@dataclass(frozen=True)
+class AllocationAccount:
+    """One daemon run's allocation from its event log: node-seconds held (the nodes it had,
+    over time), used by jobs, and given back (nodes released, from their release to the
+    run's last event); how many nodes it gave back and took in (--release-idle,
+    --grow-allocation)."""
+
+    start: float
+    end: float
+    nodes_at_start: int
+    held: float
+    used: float
+    given_back: float
+    released: int
+    added: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "nodes_at_start": self.nodes_at_start,
+                "node_seconds": {"held": self.held, "used": self.used, "given_back": self.given_back},
+                "released": self.released, "added": self.added}
+
+
+def allocation_accounts(segments: list[Segment], jobs: list[Job]) -> list[AllocationAccount]:
+    out = []
+    for seg in segments:
+        start = float(seg.header["time"])
+        held = len(seg.header["nodes"]) - len(seg.header.get("gone", []))
+        t, end = start, start
+        held_s = given_s = 0.0
+        out_now = released = added = 0
+        for rec in seg.records:
+            e = rec.get("event") or {}
+            now = float(e.get("time", t))
+            end = max(end, now)
+            kind = e.get("type")
+            if kind in ("NodesAdded", "NodesRemoved"):
+                held_s += held * (now - t)
+                given_s += out_now * (now - t)
+                t = now
+                n = len(e.get("hosts", []))
+                if kind == "NodesAdded":
+                    held, added, out_now = held + n, added + n, max(0, out_now - n)
+                else:
+                    held, released, out_now = held - n, released + n, out_now + n
+        held_s += held * (end - t)
+        given_s += out_now * (end - t)
+        used = sum(_overlap(j, start, end) for j in jobs)
+        out.append(AllocationAccount(start, end, len(seg.header["nodes"]), held_s, used, given_s, released, added))
+    return out
+
+
+def _overlap(job: Job, start: float, end: float) -> float:
+    """Node-seconds the job held between start and end, from its size history."""
+    total = 0.0
+    size, since = 0, start
+    for e in job.events:
+        if e.event not in _TIMELINE:
+            continue
+        t = min(max(e.time, start), end)
+        total += size * (t - since)
+        size, since = (0 if e.event is JobEventKind.ENDED else e.nodes), t
+    return total + size * (end - since)

@@ -66,6 +66,18 @@ def _start_time(job: str, env: Mapping[str, str]) -> str:
     return m.group(1) if r.returncode == 0 and m else ""
 
 
+def held_nodes(job: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The allocation's NodeList as Slurm has it now (SLURM_JOB_NODELIST is the one at its
+    start: stale once the daemon gave nodes back); None when scontrol cannot tell."""
+    try:
+        r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=15,
+                           env=dict(os.environ if env is None else env), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(?:^|\s)NodeList=(\S+)", r.stdout)
+    return m.group(1) if r.returncode == 0 and m and m.group(1) != "(null)" else None
+
+
 def recorded_allocation(state_dir: Path) -> Allocation | None:
     path = state_dir / ALLOCATION_FILE
     try:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elasticd.cluster import Cluster, default_app_host
+from elasticd.allocation import held_nodes
+from elasticd.cluster import Cluster, default_app_host, expand_hostlist
+from elasticd.core.allocation_plan import AllocationRules
 from elasticd.errors import ElasticError
 from elasticd.launch.choose import LAUNCHERS
 
@@ -22,6 +24,14 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hosts", metavar="LIST", help="manage these nodes, e.g. node[1-4] (outside Slurm)")
     g.add_argument("--hostfile", type=Path, metavar="FILE",
                    help="manage the nodes in FILE, one per line (`host [slots=N]`)")
+    g.add_argument("--release-idle", type=float, default=None, metavar="S",
+                   help="give nodes idle S seconds, with nothing pending that could use them, back to "
+                   "Slurm (the daemon's allocation shrinks; its first node stays)")
+    g.add_argument("--grow-allocation", type=int, default=None, metavar="MAX_NODES",
+                   help="when pending work waits for nodes, ask Slurm for more through companion "
+                   "allocations, up to MAX_NODES held in all; given back when idle")
+    g.add_argument("--sbatch-args", default="", metavar="ARGS",
+                   help="options for the companion allocations' sbatch, e.g. '--partition=big --account=p1'")
     g.add_argument("--launcher", choices=LAUNCHERS, default=None,
                    help="how job processes start: ssh (cluster default), srun (job steps of the "
                    "allocation), local (--local default)")
@@ -55,6 +65,9 @@ class ClusterSettings:
     remote_python: str | None
     hosts: str | None
     hostfile: Path | None
+    release_idle: float | None = None
+    grow_allocation: int | None = None
+    sbatch_args: str = ""
 
     def launcher_options(self) -> dict[str, Any]:
         if self.launcher != "ssh":
@@ -82,6 +95,12 @@ class ClusterSettings:
             out += ["--ssh-config", str(self.ssh_config.resolve())]
         if self.remote_python:
             out += ["--remote-python", self.remote_python]
+        if self.release_idle is not None:
+            out += ["--release-idle", f"{self.release_idle:g}"]
+        if self.grow_allocation is not None:
+            out += ["--grow-allocation", str(self.grow_allocation)]
+        if self.sbatch_args:
+            out += ["--sbatch-args", self.sbatch_args]
         return out
 
 
@@ -99,6 +118,17 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
     for name in ("connect_timeout", "node_timeout", "node_retry"):
         if getattr(args, name) <= 0:
             raise ElasticError(f"--{name.replace('_', '-')} must be positive")
+    resizing = args.release_idle is not None or args.grow_allocation is not None
+    if resizing and not (cluster.mode == "cluster" and cluster.source.startswith("Slurm job")):
+        raise ElasticError("--release-idle and --grow-allocation resize the daemon's own Slurm allocation: "
+                           "run `elasticd start` inside salloc or sbatch, without --hosts/--hostfile/--local")
+    if args.release_idle is not None and args.release_idle <= 0:
+        raise ElasticError("--release-idle must be positive (seconds)")
+    if args.grow_allocation is not None and args.grow_allocation < len(cluster.nodes):
+        raise ElasticError(f"--grow-allocation {args.grow_allocation}: the allocation already holds "
+                           f"{len(cluster.nodes)} nodes; give the most it may hold in all")
+    if args.sbatch_args and args.grow_allocation is None:
+        raise ElasticError("--sbatch-args is for the companion allocations of --grow-allocation")
     if args.app_listen:
         app_host = args.app_listen
     elif cluster.mode == "local":
@@ -109,4 +139,28 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
         mode=cluster.mode, launcher=launcher, app_host=app_host, ssh_config=args.ssh_config,
         connect_timeout=args.connect_timeout, node_timeout=args.node_timeout, node_retry=args.node_retry,
         remote_python=args.remote_python, hosts=args.hosts, hostfile=args.hostfile,
+        release_idle=args.release_idle, grow_allocation=args.grow_allocation, sbatch_args=args.sbatch_args,
     )
+
+
+def nodes_held_now(cluster: Cluster, state_dir: Path) -> Cluster:
+    """Inside Slurm, the nodes the allocation holds now: its NodeList as scontrol says (the
+    daemon may have given nodes back before a restart) and the running companion
+    allocations recorded in the state directory (it may have grown)."""
+    if cluster.mode != "cluster" or not cluster.source.startswith("Slurm job"):
+        return cluster
+    from elasticd.daemon.allocation_resize import running_companion_hosts
+
+    job = os.environ.get("SLURM_JOB_ID", "")
+    now = held_nodes(job) if job else None
+    names = list(cluster.nodes) if now is None else expand_hostlist(now)
+    names += [h for h in running_companion_hosts(state_dir) if h not in names]
+    if tuple(names) == cluster.nodes:
+        return cluster
+    return Cluster(cluster.mode, tuple(names), None, f"Slurm job {job} (now {','.join(names)})")
+
+
+def allocation_rules(settings: ClusterSettings) -> AllocationRules | None:
+    if settings.release_idle is None and settings.grow_allocation is None:
+        return None
+    return AllocationRules(release_idle=settings.release_idle, grow_max=settings.grow_allocation)

@@ -18,11 +18,11 @@ from ClusterShell.NodeSet import NodeSet
 
 from elastic_protocol.timefmt import format_duration
 from elasticd import __version__
-from elasticd.accounting import ACCOUNTING_VERSION, JobAccount, accounts
+from elasticd.accounting import ACCOUNTING_VERSION, JobAccount, accounts, allocation_accounts
 from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
-from elasticd.eventlog import LOG_FILE
+from elasticd.eventlog import LOG_FILE, read_log
 from elasticd.statedir import default_state_dir
 from elasticd.table import render_table
 
@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"columns, comma-separated, from: {', '.join(FIELDS)} (default {DEFAULT_FORMAT})")
     p.add_argument("-l", "--timeline", action="store_true",
                    help="also print each job's size timeline: time, nodes, hosts, event and who decided it")
+    p.add_argument("--allocation", action="store_true",
+                   help="also print, per daemon run, the node-seconds its allocation held, used and gave back")
     p.add_argument("--json", action="store_true", help="print the versioned JSON document (see README: eacct)")
     add_state_dir(p)
     return p
@@ -114,8 +116,12 @@ def _run(args: argparse.Namespace) -> int:
         rows = [a for a in rows if a.job_id in set(args.jobs)]
     if args.state is not None:
         rows = [a for a in rows if a.state in args.state]
+    runs = allocation_accounts(read_log(path), list(result.jobs.values())) if args.allocation else []
     if args.json:
-        print(json.dumps({"version": ACCOUNTING_VERSION, "jobs": [a.as_json() for a in rows]}, indent=2))
+        doc: dict[str, object] = {"version": ACCOUNTING_VERSION, "jobs": [a.as_json() for a in rows]}
+        if args.allocation:
+            doc["allocation"] = [r.as_json() for r in runs]
+        print(json.dumps(doc, indent=2))
         return 0
     header = [FIELDS[k][0] for k in args.format]
     print(render_table(header, [[FIELDS[k][1](a) for k in args.format] for a in rows]))
@@ -126,6 +132,12 @@ def _run(args: argparse.Namespace) -> int:
                 ["TIME", "EVENT", "NODES", "HOSTS", "CAUSE", "DETAIL"],
                 [[_when(c.time), c.event, str(c.nodes), str(NodeSet.fromlist(list(c.hosts))) if c.hosts else "",
                   c.cause or "", c.detail or ""] for c in a.timeline]))
+    if args.allocation:
+        print("\nallocation, per daemon run:")
+        print(render_table(
+            ["START", "END", "NODES", "HELD_NODE_S", "USED_NODE_S", "GIVEN_BACK_NODE_S", "RELEASED", "ADDED"],
+            [[_when(r.start), _when(r.end), str(r.nodes_at_start), f"{r.held:.0f}", f"{r.used:.0f}",
+              f"{r.given_back:.0f}", str(r.released), str(r.added)] for r in runs]))
     return 0
 
 

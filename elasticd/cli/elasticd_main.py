@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,13 @@ from elasticd.allocation import bind as bind_allocation
 from elasticd.allocation import current_allocation
 from elasticd.cli import evaluate_cmd, experiment_cmd, replay_cmd, sim_cmd
 from elasticd.cli.batch import run_batch
-from elasticd.cli.cluster_args import ClusterSettings, add_cluster_args, cluster_settings
+from elasticd.cli.cluster_args import (
+    ClusterSettings,
+    add_cluster_args,
+    allocation_rules,
+    cluster_settings,
+    nodes_held_now,
+)
 from elasticd.cli.common import add_policy_params, add_state_dir, fail, policy_settings, run_tool
 from elasticd.cli.limits import add_limit_args, ensure_fd_room, limit_passthrough, limit_settings
 from elasticd.client import ControlClient
@@ -194,7 +201,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"elasticd: {state_dir} belonged to another Slurm allocation; kept as {aside}, "
               "starting afresh", file=sys.stderr)
     policy_settings(args.policy, args.policy_config, args.policy_param, args.min_resize_interval)
-    cluster = cluster_for(args)
+    cluster = nodes_held_now(cluster_for(args), state_dir)
     settings = cluster_settings(args, cluster)
     try:
         rec = running_daemon(state_dir)
@@ -253,7 +260,9 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None,
                        min_free_space=args.min_free_space << 20, output_cap=args.output_cap << 20,
-                       salvage=args.salvage, metrics_port=args.metrics_port, **limit_settings(args))
+                       salvage=args.salvage, metrics_port=args.metrics_port, **limit_settings(args),
+                       allocation_rules=allocation_rules(settings), slurm_job=os.environ.get("SLURM_JOB_ID"),
+                       sbatch_args=shlex.split(settings.sbatch_args))
 
     async def serve() -> None:
         await Daemon(cfg).serve()
@@ -319,6 +328,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"    {n.name:<12} {n.state:<10} {'' if n.job_id is None else 'job ' + str(n.job_id)}")
     jobs = ", ".join(f"{v} {k}" for k, v in sorted(info.jobs_by_state.items())) or "none"
     print(f"  jobs: {jobs}")
+    if info.allocation is not None:
+        a = info.allocation
+        ns = a["node_seconds"]
+        rules = [f"release idle after {a['release_idle']:g} s" if a["release_idle"] is not None else "",
+                 f"grow to {a['grow_max']} nodes" if a["grow_max"] is not None else ""]
+        print(f"  allocation: Slurm job {a['slurm_job']}; {', '.join(r for r in rules if r)}")
+        print(f"    node-seconds held {ns['held']:.0f}, used {ns['used']:.0f}, given back {ns['given_back']:.0f} "
+              f"({ns['released_nodes']} node(s) given back)")
+        for c in a["companions"]:
+            print(f"    companion {c['slurm_id']}: {c['state']}, {c['count']} node(s) for job {c['for_job']}"
+                  + (f" on {','.join(c['hosts'])}" if c["hosts"] else ""))
+        if a["error"]:
+            print(f"    last error: {a['error']}")
     if info.journal is None:
         print("  journal: none (jobs do not survive a crash of the daemon)")
     else:

@@ -122,6 +122,9 @@ class Core:
         refuse_backoff: float = 10.0,
     ) -> None:
         self.nodes = NodeTable(list(node_names))
+        # The most nodes the cluster may come to hold (an allocation that grows on demand):
+        # jobs up to that size are accepted and wait for the nodes.
+        self.grow_to = 0
         self.policy = policy
         self.order_deadline = order_deadline
         # After a refusal the policy leaves the job alone this long (a user's resize does
@@ -441,7 +444,8 @@ class Core:
     def fit(self, spec: JobSpec) -> tuple[int, int, int]:
         """The job's (min, max, preferred) on this cluster (elasticd.core.sizes), or
         JobRejected when it could never start here."""
-        return fit_bounds(spec.node_bounds, self.nodes.total, "nodes" if isinstance(spec.nodes, int) else "nodes.min")
+        total = max(self.nodes.total, self.grow_to)
+        return fit_bounds(spec.node_bounds, total, "nodes" if isinstance(spec.nodes, int) else "nodes.min")
 
     def _submitted(self, ev: Submitted) -> list[Action]:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:

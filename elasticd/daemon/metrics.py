@@ -18,6 +18,7 @@ the HTTP thread of prometheus_client never reads the daemon's own structures. Na
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
@@ -47,6 +48,9 @@ class DaemonMetrics:
         self.commit_seconds = Histogram("elastic_journal_commit_seconds", "journal commits",
                                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
                                         registry=r)
+        self.allocation_node_seconds = Gauge(
+            "elastic_allocation_node_seconds", "node-seconds of the Slurm allocation: held, used by jobs, given back "
+            "(with --release-idle / --grow-allocation)", ["kind"], registry=r)
         self._seen: dict[int, int] = {}  # job -> events already counted
 
     def serve(self, host: str, port: int) -> int:
@@ -54,8 +58,11 @@ class DaemonMetrics:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_address[1])
 
-    def refresh(self, core: Core) -> None:
+    def refresh(self, core: Core, allocation: Mapping[str, float] | None = None) -> None:
         """Gauges from the core (on the loop), and the resize outcomes recorded since last time."""
+        if allocation is not None:
+            for kind in ("held", "used", "given_back"):
+                self.allocation_node_seconds.labels(kind=kind).set(allocation[kind])
         states = Counter(j.state.value for j in core.jobs.values())
         for s in JOB_STATES:
             self.jobs.labels(state=s).set(states.get(s, 0))

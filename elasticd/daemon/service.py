@@ -32,9 +32,11 @@ from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__, defaults
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
+from elasticd.core.allocation_plan import AllocationRules
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
 from elasticd.core.record import restore_job
+from elasticd.daemon.allocation_resize import AllocationResizer, run_every
 from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.control_server import ControlServer
@@ -98,6 +100,11 @@ class DaemonConfig:
     # Serve Prometheus metrics on this port of listen_host (None: not at all).
     metrics_port: int | None = None
     output_check_interval: float = 0.5
+    # The Slurm allocation shrinks and grows (elasticd.daemon.allocation_resize): its rules,
+    # the daemon's own Slurm job, and what companion allocations are submitted with.
+    allocation_rules: AllocationRules | None = None
+    slurm_job: str | None = None
+    sbatch_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -144,6 +151,8 @@ class Daemon:
                          min_resize_interval=config.min_resize_interval),
             order_deadline=config.order_deadline,
         )
+        if config.allocation_rules is not None and config.allocation_rules.grow_max:
+            self.core.grow_to = config.allocation_rules.grow_max  # jobs that wait for growth
         # Effective parameter values, shown by `elasticd status`.
         self.policy_settings = {
             k: v for k, v in policy_params(config.policy, config.policy_config, config.policy_params,
@@ -206,6 +215,7 @@ class Daemon:
         self._write_error_logged = 0.0
         self._restored_limits: list[Action] = []
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
+        self.allocation: AllocationResizer | None = None
 
     def now(self) -> float:
         return self.clock.now()
@@ -263,6 +273,12 @@ class Daemon:
         )
         self._tick_handle = self.clock.call_at(self.now() + cfg.schedule_interval, self._tick)
         self._spawn(self._watch_outputs(), "output-cap")
+        if cfg.allocation_rules is not None and cfg.slurm_job:
+            self.allocation = AllocationResizer(
+                self.core, self.launcher, cfg.allocation_rules, cfg.slurm_job, cfg.state_dir,
+                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args)
+            await self.allocation.start()
+            self._spawn(run_every(1.0, self.allocation.tick), "allocation")
         if ready is not None:
             ready.set_result(None)
         try:
@@ -272,6 +288,11 @@ class Daemon:
                 self._tick_handle.cancel()
             csrv.close()
             asrv.close()
+            if self.allocation is not None and self.stopping:
+                try:
+                    await asyncio.wait_for(self.allocation.close(), 10.0)
+                except TimeoutError:
+                    log.error("stopping: giving back the companion allocations took more than 10 s; going on")
             for what, closing in (("applications", app.close_all()), ("control", control.close_all()),
                                   ("launcher", self.launcher.close())):
                 try:
@@ -477,7 +498,7 @@ class Daemon:
     def _refresh_metrics(self) -> None:
         if self.metrics is None or self.stopping:
             return
-        self.metrics.refresh(self.core)
+        self.metrics.refresh(self.core, None if self.allocation is None else self.allocation.status()["node_seconds"])
         self.clock.call_at(self.now() + 1.0, self._refresh_metrics)
 
     def submit(self, spec: JobSpec) -> int:
@@ -520,6 +541,17 @@ class Daemon:
         self._do(ev.NodeDown(self.now(), host))
         self._notify()
         self._schedule_soon()
+
+    def nodes_added(self, hosts: list[str]) -> None:
+        """The allocation grew: these nodes (connected by the launcher) take jobs."""
+        self._do(ev.NodesAdded(self.now(), tuple(hosts)))
+        self._notify()
+        self._schedule_soon()
+
+    def nodes_removed(self, hosts: list[str]) -> None:
+        """Idle nodes leave the allocation."""
+        self._do(ev.NodesRemoved(self.now(), tuple(hosts)))
+        self._notify()
 
     def node_up(self, host: str) -> None:
         log.info("node %s is up again", host)

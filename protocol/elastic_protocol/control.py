@@ -184,3 +184,6 @@ class StatusInfo(BaseModel):
     # took back from it when it started (after a crash of the previous one).
     journal: str | None = None
     recovered_jobs: int = 0
+    # The Slurm allocation, when it shrinks and grows (`--release-idle`, `--grow-allocation`):
+    # its rules, companion allocations and node-seconds held, used and given back.
+    allocation: dict[str, Any] | None = None

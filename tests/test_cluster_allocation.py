@@ -1,0 +1,155 @@
+"""The daemon's own Slurm allocation shrinks (`--release-idle`) and grows (`--grow-allocation`)
+on the virtual cluster, and Slurm agrees: `scontrol show job` / `squeue` are asked, not the
+daemon. Needs root and the packages, as tests/test_cluster_vcluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningDaemon, stop_daemon, wait_until, write_job
+from elasticd.statedir import read_record
+from test_cluster_environment import HOLD, allocation, daemon_in
+from test_cluster_vcluster import VCluster, assert_no_job_process_left, first_line, vcluster  # noqa: F401
+
+
+def slurm(env: dict[str, str], *argv: str) -> str:
+    return subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def slurm_nodes(env: dict[str, str], job: str) -> list[str]:
+    """The job's nodes as Slurm has them."""
+    m = re.search(r"(?:^|\s)NodeList=(\S+)", slurm(env, "scontrol", "show", "job", "-o", job))
+    assert m is not None
+    return slurm(env, "scontrol", "show", "hostnames", m.group(1)).split()
+
+
+def status(d: RunningDaemon) -> dict:
+    r = d.cli("elasticd", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def main_job(d: RunningDaemon) -> str:
+    return str(status(d)["allocation"]["slurm_job"])
+
+
+def sleeper(folder: Path, name: str, nodes: int) -> Path:
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "hostname; while [ ! -e go-{name} ]; do sleep 0.1; done"]
+        nodes = {nodes}
+        working_dir = "."
+        output = "{name}-%N.out"
+        time_limit = "3"
+    ''')
+
+
+@pytest.mark.timeout(170)
+def test_release_idle_gives_idle_nodes_back_to_slurm_and_never_the_first(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    start = "elasticd start --launcher ssh --kill-wait 1 --release-idle 3"
+    # Started, killed with -9 by the test once the allocation shrank, started again.
+    script = f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
+    with allocation(vcluster, tmp_path, script, env, name="shrink") as salloc:
+        d = daemon_in(state, salloc, tmp_path, "shrink")
+        try:
+            job = main_job(d)
+            assert slurm_nodes(env, job) == ["node1", "node2", "node3"]
+            one = d.submit(sleeper(work, "one", 1))
+            assert wait_until(lambda: d.job(one)["state"] == "RUNNING", 20)
+            assert d.job(one)["hosts"] == ["node1"]
+            # The nodes no job uses go back to Slurm (in one update); the first node stays.
+            assert wait_until(lambda: slurm_nodes(env, job) == ["node1"], 20), slurm_nodes(env, job)
+            assert slurm(env, "squeue", "-h", "-j", job, "-o", "%D %N").split() == ["1", "node1"]
+            idle = slurm(env, "scontrol", "show", "hostnames",
+                         slurm(env, "sinfo", "-h", "-t", "idle", "-o", "%N").strip()).split()
+            assert {"node2", "node3"} <= set(idle)
+            assert [n["name"] for n in status(d)["nodes"]] == ["node1"]
+            assert wait_until(lambda: status(d)["allocation"]["node_seconds"]["given_back"] > 0, 5)
+            assert status(d)["allocation"]["node_seconds"]["released_nodes"] == 2
+            # A daemon restarted after kill -9 manages what Slurm holds now, not the
+            # allocation's first node list (SLURM_JOB_NODELIST), and the job runs on.
+            first = d.record.pid
+            os.kill(first, signal.SIGKILL)
+            (tmp_path / "restart").touch()
+            assert wait_until(lambda: (rec := read_record(state)) is not None and rec.pid != first, 60)
+            d = daemon_in(state, salloc, tmp_path, "shrink")
+            assert [n["name"] for n in status(d)["nodes"]] == ["node1"]
+            assert d.job(one)["state"] == "RUNNING"
+            (work / "go-one").touch()
+            d.wait([one], timeout=30)
+            assert d.job(one)["state"] == "COMPLETED"
+            # The node left still runs jobs; a job wider than what is left waits (no growth asked).
+            again = d.submit(sleeper(work, "again", 1))
+            assert wait_until(lambda: d.job(again)["state"] == "RUNNING", 20)
+            (work / "go-again").touch()
+            d.wait([again], timeout=30)
+            alloc = status(d)["allocation"]  # this run's: one node, busy most of the time
+            assert alloc["node_seconds"]["held"] >= alloc["node_seconds"]["used"] > 0
+            text = d.cli("elasticd", "status").stdout
+            assert "given back" in text and f"Slurm job {job}" in text
+            assert slurm_nodes(env, job) == ["node1"]
+        finally:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+    # The accounting from the event log agrees with what the daemon said.
+    r = d.cli("eacct", str(state), "--allocation", "--json")
+    assert r.returncode == 0, r.stderr
+    first_run, second_run = json.loads(r.stdout)["allocation"]
+    assert (first_run["nodes_at_start"], first_run["released"], first_run["added"]) == (3, 2, 0)
+    assert (second_run["nodes_at_start"], second_run["released"]) == (1, 0)
+    ns = first_run["node_seconds"]  # up to its last event: the run was killed
+    assert ns["held"] > ns["used"] > 0
+    assert abs(ns["held"] + ns["given_back"] - 3 * (first_run["end"] - first_run["start"])) < 1.0
+
+
+@pytest.mark.timeout(200)
+def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_gives_it_back(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    script = f"elasticd start --launcher ssh --kill-wait 1 --grow-allocation 2 --release-idle 2 && {HOLD}"
+    with allocation(vcluster, tmp_path, script, env, name="grow", nodes=1) as salloc:
+        d = daemon_in(state, salloc, tmp_path, "grow")
+        try:
+            job = main_job(d)
+            assert slurm_nodes(env, job) == ["node1"]
+            wide = d.submit(sleeper(work, "wide", 2))
+            # A companion allocation is asked for, Slurm starts it, its node joins, the job runs.
+            assert wait_until(lambda: d.job(wide)["state"] == "RUNNING", 60), status(d)["allocation"]
+            hosts = d.job(wide)["hosts"]
+            assert hosts[0] == "node1" and len(hosts) == 2
+            new = hosts[1]
+            companions = status(d)["allocation"]["companions"]
+            assert len(companions) == 1 and companions[0]["hosts"] == [new]
+            cid = companions[0]["slurm_id"]
+            assert slurm(env, "squeue", "-h", "-j", cid, "-o", "%j|%T|%N").strip() == f"elastic-grow-{job}|RUNNING|{new}"
+            assert first_line(work / f"wide-{new}.out") == new  # the process ran on the new node
+            (work / "go-wide").touch()
+            d.wait([wide], timeout=30)
+            assert d.job(wide)["state"] == "COMPLETED"
+            # Idle, nothing pending: the companion is given back (scancel); the first node stays.
+            assert wait_until(lambda: slurm(env, "squeue", "-h", "-t", "running", "-j", cid, "-o", "%T").strip() == "",
+                              30)
+            assert wait_until(lambda: [n["name"] for n in status(d)["nodes"]] == ["node1"], 10)
+            alloc = status(d)["allocation"]
+            assert alloc["companions"] == [] and alloc["node_seconds"]["released_nodes"] == 1
+            assert slurm_nodes(env, job) == ["node1"]
+        finally:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
