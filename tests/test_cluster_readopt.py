@@ -26,7 +26,9 @@ from test_cluster_vcluster import (  # noqa: F401 - the fixture
     cluster_daemon,
     job_processes,
     node_of,
+    node_states,
     pid_file,
+    set_link,
     vcluster,
 )
 
@@ -121,6 +123,45 @@ def test_after_kill_9_ssh_jobs_rigid_malleable_and_mpi_are_taken_over_and_end_on
         assert d.job(mall)["state"] == "COMPLETED", (work / f"mall-{mall_host}.out").read_text()
         assert d.job(mpi)["state"] == "COMPLETED", (work / "mpi.out").read_text()
         assert ended_once(state) == {rigid: 1, mall: 1, mpi: 1}
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(150)
+def test_a_node_unreachable_when_the_daemon_restarts_is_a_node_failure_and_is_swept_when_it_returns(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    opts = ["--connect-timeout", "2", "--node-retry", "1", "--node-timeout", "4"]
+    d = cluster_daemon(vcluster, state, "node[1-3]", extra=opts)
+    try:
+        ids = [d.submit(waiting_job(work, f"r{i}", 0)) for i in range(3)]
+        assert wait_until(lambda: all(d.job(j)["state"] == "RUNNING" for j in ids), 20)
+        by_host = {d.job(j)["hosts"][0]: j for j in ids}
+        lost_job = by_host["node3"]
+        name = f"r{ids.index(lost_job)}"
+        lost_pid = pid_file(work, f"pid-{name}-node3")
+        kill_9(d)
+        set_link("node3", False)
+        try:
+            d = cluster_daemon(vcluster, state, "node[1-3]", extra=opts)
+            # The job on the node that cannot be reached fails with it; the others are taken over.
+            assert d.job(lost_job)["state"] == "NODE_FAIL", d.job(lost_job)
+            assert all(d.job(j)["state"] == "RUNNING" for j in ids if j != lost_job)
+            assert alive(lost_pid)  # out of reach: nothing could end it yet
+        finally:
+            set_link("node3", True)
+        # Back: what the lost job left there is ended before the node takes work again.
+        assert wait_until(lambda: not alive(lost_pid), 30), "the lost job's process survived its node's return"
+        assert wait_until(lambda: node_states(d)["node3"] == "idle", 30)
+        for j in ids:
+            (work / f"go-{'r' + str(ids.index(j))}").touch()
+        d.wait([j for j in ids if j != lost_job], timeout=30)
+        assert all(d.job(j)["state"] == "COMPLETED" for j in ids if j != lost_job)
+        assert ended_once(state) == dict.fromkeys(ids, 1)
     finally:
         stop_daemon(d.record)
     assert_no_job_process_left()
