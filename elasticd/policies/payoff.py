@@ -26,6 +26,7 @@ work estimate (a scheduler knows limits, not run times), as MEBF and SD-Policy d
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from elastic_protocol.jobspec import JobKind
@@ -42,7 +43,7 @@ from elasticd.policies.base import (
     start_nodes_of,
     start_size,
 )
-from elasticd.policies.easy import easy_pass, shadow_time
+from elasticd.policies.easy import easy_pass
 from elasticd.policies.predict import Predictions, RunningPrediction
 
 
@@ -73,6 +74,8 @@ class Payoff:
         self._by_width: list[RunningView] = []
         self._capacity = 0
         self._shadows: dict[int, float] = {}
+        self._steps: list[tuple[float, int]] | None = None
+        self._plans: dict[int, tuple[dict[int, int], dict[int, int], float] | None] = {}
 
     # ---- the pass ------------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
@@ -89,6 +92,7 @@ class Payoff:
         size = {r.job_id: r.size for r in ready}
         self._orders_for(ready, size)
         self._shadows = {}  # per pass: reservations by size
+        self._steps = None
         shrinks: dict[int, int] = {}
         avail = res.free + snap.incoming_nodes
         owed = False
@@ -100,7 +104,7 @@ class Payoff:
                 continue
             took = self._make_room(snap, job, need - avail, ready, size, now)
             if took is None:
-                if avail == 0 and not any(size[r.job_id] > r.min_nodes for r in ready):
+                if avail == 0 and self._capacity == 0:
                     break  # nothing idle and nothing to take back: nobody else starts now
                 continue  # cannot be made to fit now (or not worth it); a later, smaller job might
             for j, n in took.items():
@@ -125,6 +129,33 @@ class Payoff:
         impossible or not worth it."""
         if lack > self._capacity:
             return None  # all the ready jobs could give, down to their minimums, is not enough
+        # Which nodes would be taken, and what that costs the donors, depend on `lack` alone
+        # until room is given (then _orders_for starts afresh): worked out once per lack, not
+        # once per waiting job (10,000 waiting jobs need a few dozen distinct plans).
+        if lack in self._plans:
+            plan = self._plans[lack]
+        else:
+            plan = self._plans[lack] = self._room_plan(lack, ready, size, now)
+        if plan is None:
+            return None
+        take, extra, cost = plan
+        if not extra:
+            return dict(take)
+        # Priced in slowdown, the unit waiting is felt in: the waiting job's wait saved over
+        # its run against each donor's later end over its own run.
+        run = limit_at(job, start_nodes_of(job))
+        gain = self._wait_saved(snap, job, now) / max(run if run is not None else math.inf, BSLD_TAU)
+        if gain <= self.gain_factor * cost:
+            return None
+        out = dict(take)
+        for j, n in extra.items():
+            out[j] = out.get(j, 0) + n
+        return out
+
+    def _room_plan(self, lack: int, ready: list[RunningView], size: dict[int, int],
+                   now: float) -> tuple[dict[int, int], dict[int, int], float] | None:
+        """(loans taken back, nodes taken below the preferred size, what those cost the
+        donors in slowdown) to free `lack` nodes; None if they cannot be found."""
         take: dict[int, int] = {}
         # Loans first, the largest first: reclaimed whatever the resize interval.
         for r in self._by_loan:
@@ -135,12 +166,13 @@ class Payoff:
             take[r.job_id] = n
             lack -= n
         if lack <= 0:
-            return take
+            return take, {}, 0.0
         # Then below the preferred size, widest first, if the wait saved pays for it (no
         # waiting job waits for a resize interval to pass).
         donors = self._by_width if not take else \
             sorted(ready, key=lambda r: (-(size[r.job_id] - take.get(r.job_id, 0)), r.job_id))
         extra: dict[int, int] = {}
+        views: dict[int, RunningView] = {}
         for r in donors:
             have = size[r.job_id] - take.get(r.job_id, 0)
             room = have - r.min_nodes
@@ -148,25 +180,18 @@ class Payoff:
                 continue
             n = min(room, lack)
             extra[r.job_id] = n
+            views[r.job_id] = r
             lack -= n
             if lack == 0:
                 break
         if lack > 0:
             return None
-        # Priced in slowdown, the unit waiting is felt in: the waiting job's wait saved over
-        # its run against each donor's later end over its own run.
-        run = limit_at(job, start_nodes_of(job))
-        gain = self._wait_saved(snap, job, now) / max(run if run is not None else math.inf, BSLD_TAU)
         cost = 0.0
-        for r in donors:
-            if r.job_id in extra:
-                delay = self._delay(r, size[r.job_id] - take.get(r.job_id, 0), extra[r.job_id], now)
-                cost += delay / max(self._runtime(r, now), BSLD_TAU)
-        if gain <= self.gain_factor * cost:
-            return None
         for j, n in extra.items():
-            take[j] = take.get(j, 0) + n
-        return take
+            r = views[j]
+            delay = self._delay(r, size[j] - take.get(j, 0), n, now)
+            cost += delay / max(self._runtime(r, now), BSLD_TAU)
+        return take, extra, cost
 
     def _orders_for(self, ready: list[RunningView], size: dict[int, int]) -> None:
         """The orders `_make_room` walks the ready jobs in, and what they could give at most:
@@ -177,6 +202,7 @@ class Payoff:
                                key=lambda r: (r.preferred - size[r.job_id], r.job_id))
         self._by_width = sorted(ready, key=lambda r: (-size[r.job_id], r.job_id))
         self._capacity = sum(max(0, size[r.job_id] - r.min_nodes) for r in ready)
+        self._plans = {}
 
     def _wait_saved(self, snap: Snapshot, job: PendingView, now: float) -> float:
         """How much sooner the job starts if it starts now than at its EASY reservation.
@@ -186,9 +212,27 @@ class Payoff:
         need = start_nodes_of(job)
         start = self._shadows.get(need)
         if start is None:
-            start, _ = shadow_time(now, snap.free_nodes + snap.incoming_nodes, need, snap.running)
-            self._shadows[need] = start
+            start = self._shadows[need] = self._reservation(snap, need, now)
         return start - now if start != math.inf else 1e12
+
+    def _reservation(self, snap: Snapshot, need: int, now: float) -> float:
+        """shadow_time's start, from the pass's running jobs sorted once: the nodes back by
+        each time they come back (a pass asks for dozens of sizes)."""
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = []
+            avail = snap.free_nodes + snap.incoming_nodes
+            coming = sorted((r.estimated_end, r.size - r.shrinking) for r in snap.running if not r.ending)
+            i, n = 0, len(coming)
+            steps.append((now, avail))
+            while i < n:
+                t = max(coming[i][0], now)
+                while i < n and coming[i][0] <= t:
+                    avail += coming[i][1]
+                    i += 1
+                steps.append((t, avail))
+        k = bisect.bisect_left(steps, need, key=lambda s: s[1])
+        return steps[k][0] if k < len(steps) else math.inf
 
     def _delay(self, r: RunningView, n: int, k: int, now: float) -> float:
         """How much later job r ends if it goes from n to n - k nodes now (plus the order)."""
