@@ -4,7 +4,8 @@ For theta-2023.swf (8.4K jobs, 4,360 nodes): wall time and peak memory (RSS of a
 process per configuration) at 0 % and 100 % malleable per policy, against a minimal
 single-purpose EASY simulator in plain Python measured in the same run (the baseline the
 general one may cost at most 3x of); then how run time grows with trace length on traces
-made 2x, 4x and 8x longer by repeating the trace after itself.
+made 2x, 4x and 8x longer by repeating the trace after itself (rigid runs also against
+the minimal EASY on the same longer trace).
 
 Targets: rigid EASY under 1 s, every malleable policy under 10 s, peak memory under 1 GB.
 
@@ -145,6 +146,9 @@ def main() -> int:
         for k in (1, 2, 4, 8):
             r = measure(args.scaling_policy, frac, k)
             growth = "" if prev is None else f"  x{r['wall'] / prev:.2f} for 2x jobs"
+            if frac == 0.0:  # against the minimal EASY on the same, longer trace
+                b = measure("minimal-easy", 0.0, k)
+                growth += f"  ({r['wall'] / b['wall']:.1f}x minimal EASY's {b['wall']:.3f} s)"
             print(f"  {100 * frac:3.0f}%  x{k}: {r['jobs']:6d} jobs {r['wall']:7.2f} s {r['rss_mib']:6.0f} MiB{growth}")
             prev = r["wall"]
     return 0 if ok else 1
