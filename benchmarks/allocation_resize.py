@@ -119,7 +119,7 @@ def run_once(setting: str, job_s: float, idle_s: float) -> dict[str, float]:
                     raise SystemExit(f"allocation_resize: esubmit: {r.stderr}")
                 ids.append(int(r.stdout.strip()))
             wait_for(lambda: all(s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
-                                 for s in states(ids)), 120, "the jobs did not end")  # noqa: B023
+                                 for s in states(ids)), 120, "the jobs did not end")
         bad = [s for s in states(ids) if s != "COMPLETED"]
         if bad:
             raise SystemExit(f"allocation_resize: jobs ended {bad}; see {state}/daemon.log")
