@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 from elasticd.core.allocation_plan import (
     AllocationRules,
     AllocationUsage,
+    Holding,
     Outstanding,
     PendingNeed,
     Release,
     Request,
+    ShrinkToRelease,
     Withdraw,
     plan,
 )
@@ -103,3 +105,14 @@ def test_node_seconds_held_used_and_given_back_add_up_over_segments() -> None:
     u.advance(20.0, held=2, used=2)
     u.advance(30.0, held=2, used=2)  # 10 s at 2 held, 2 used, 2 given back
     assert (u.held, u.used, u.given_back) == (4 * 10 + 4 * 10 + 2 * 10, 10 + 30 + 20, 2 * 10)
+
+
+def test_malleable_jobs_are_shrunk_to_give_nodes_back_only_when_the_operator_asks_and_nothing_waits() -> None:
+    held = [Holding(3, size=4, preferred=2, since=0.0), Holding(4, size=2, preferred=2, since=0.0),
+            Holding(5, size=3, preferred=1, since=99.0)]
+    ask = AllocationRules(release_idle=10.0, shrink_malleable=True)
+    # Above its preferred size long enough: job 3 (job 4 is at it; job 5 only just grew).
+    assert plan(100.0, ["a", "b"], [], {}, frozenset(), [], [], ask, held) == [ShrinkToRelease(3, 2)]
+    # Not without the operator's word, and not while a pending job could use the nodes.
+    assert plan(100.0, ["a", "b"], [], {}, frozenset(), [], [], AllocationRules(release_idle=10.0), held) == []
+    assert plan(100.0, ["a", "b"], [], {}, frozenset(), [PendingNeed(9, 1, 0.0)], [], ask, held) == []

@@ -16,7 +16,13 @@ import pytest
 from conftest import RunningDaemon, stop_daemon, wait_until, write_job
 from elasticd.statedir import read_record
 from test_cluster_environment import HOLD, allocation, daemon_in
-from test_cluster_vcluster import VCluster, assert_no_job_process_left, first_line, vcluster  # noqa: F401
+from test_cluster_vcluster import (  # noqa: F401 - the fixture
+    VCluster,
+    assert_no_job_process_left,
+    first_line,
+    recorder_job,
+    vcluster,
+)
 
 
 def slurm(env: dict[str, str], *argv: str) -> str:
@@ -150,6 +156,40 @@ def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_
             alloc = status(d)["allocation"]
             assert alloc["companions"] == [] and alloc["node_seconds"]["released_nodes"] == 1
             assert slurm_nodes(env, job) == ["node1"]
+        finally:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(170)
+def test_release_policy_shrink_takes_lent_nodes_back_from_a_malleable_job_and_gives_them_to_slurm(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    # minAgree lends every idle node to the malleable job: no node is ever idle while it runs.
+    script = (f"elasticd start --launcher ssh --kill-wait 1 --policy malleable --release-idle 3 "
+              f"--release-policy shrink && {HOLD}")
+    with allocation(vcluster, tmp_path, script, env, name="shrinkjob") as salloc:
+        d = daemon_in(state, salloc, tmp_path, "shrinkjob")
+        try:
+            job = main_job(d)
+            mall = d.submit(recorder_job(work, "{ min = 1, max = 3, preferred = 1 }"))
+            d.wait_event(mall, "registered", timeout=30)
+            assert wait_until(lambda: len(d.job(mall)["hosts"]) == 3, 30), d.job(mall)
+            # Held above its preferred size for 3 s: shrunk to it, and the nodes leave.
+            info = d.wait_event(mall, "shrunk", timeout=40)
+            assert len(info["hosts"]) == 1
+            assert wait_until(lambda: slurm_nodes(env, job) == info["hosts"], 20), slurm_nodes(env, job)
+            assert [n["name"] for n in status(d)["nodes"]] == info["hosts"] == ["node1"]
+            assert d.job(mall)["state"] == "RUNNING"
+            assert "grown" not in [e["event"] for e in d.job(mall)["events"]][-1:]
+            (work / "finish").touch()
+            d.wait([mall], timeout=40)
+            assert d.job(mall)["state"] == "COMPLETED"
+            assert status(d)["allocation"]["node_seconds"]["released_nodes"] == 2
         finally:
             stop_daemon(d.record)
     assert_no_job_process_left()

@@ -27,6 +27,9 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--release-idle", type=float, default=None, metavar="S",
                    help="give nodes idle S seconds, with nothing pending that could use them, back to "
                    "Slurm (the daemon's allocation shrinks; its first node stays)")
+    g.add_argument("--release-policy", choices=("idle", "shrink"), default="idle",
+                   help="with --release-idle: give back only nodes left idle (default), or also shrink "
+                   "malleable jobs held above their preferred size that long, to give their nodes back")
     g.add_argument("--grow-allocation", type=int, default=None, metavar="MAX_NODES",
                    help="when pending work waits for nodes, ask Slurm for more through companion "
                    "allocations, up to MAX_NODES held in all; given back when idle")
@@ -66,6 +69,7 @@ class ClusterSettings:
     hosts: str | None
     hostfile: Path | None
     release_idle: float | None = None
+    release_policy: str = "idle"
     grow_allocation: int | None = None
     sbatch_args: str = ""
 
@@ -96,7 +100,7 @@ class ClusterSettings:
         if self.remote_python:
             out += ["--remote-python", self.remote_python]
         if self.release_idle is not None:
-            out += ["--release-idle", f"{self.release_idle:g}"]
+            out += ["--release-idle", f"{self.release_idle:g}", "--release-policy", self.release_policy]
         if self.grow_allocation is not None:
             out += ["--grow-allocation", str(self.grow_allocation)]
         if self.sbatch_args:
@@ -127,6 +131,8 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
     if args.grow_allocation is not None and args.grow_allocation < len(cluster.nodes):
         raise ElasticError(f"--grow-allocation {args.grow_allocation}: the allocation already holds "
                            f"{len(cluster.nodes)} nodes; give the most it may hold in all")
+    if args.release_policy != "idle" and args.release_idle is None:
+        raise ElasticError("--release-policy says how --release-idle gives nodes back: give --release-idle S too")
     if args.sbatch_args and args.grow_allocation is None:
         raise ElasticError("--sbatch-args is for the companion allocations of --grow-allocation")
     if args.app_listen:
@@ -139,7 +145,8 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
         mode=cluster.mode, launcher=launcher, app_host=app_host, ssh_config=args.ssh_config,
         connect_timeout=args.connect_timeout, node_timeout=args.node_timeout, node_retry=args.node_retry,
         remote_python=args.remote_python, hosts=args.hosts, hostfile=args.hostfile,
-        release_idle=args.release_idle, grow_allocation=args.grow_allocation, sbatch_args=args.sbatch_args,
+        release_idle=args.release_idle, release_policy=args.release_policy, grow_allocation=args.grow_allocation,
+        sbatch_args=args.sbatch_args,
     )
 
 
@@ -163,4 +170,5 @@ def nodes_held_now(cluster: Cluster, state_dir: Path) -> Cluster:
 def allocation_rules(settings: ClusterSettings) -> AllocationRules | None:
     if settings.release_idle is None and settings.grow_allocation is None:
         return None
-    return AllocationRules(release_idle=settings.release_idle, grow_max=settings.grow_allocation)
+    return AllocationRules(release_idle=settings.release_idle, grow_max=settings.grow_allocation,
+                           shrink_malleable=settings.release_policy == "shrink")

@@ -331,7 +331,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info.allocation is not None:
         a = info.allocation
         ns = a["node_seconds"]
-        rules = [f"release idle after {a['release_idle']:g} s" if a["release_idle"] is not None else "",
+        shrink = " (and shrink malleable jobs to give back)" if a.get("release_policy") == "shrink" else ""
+        rules = [f"release idle after {a['release_idle']:g} s{shrink}" if a["release_idle"] is not None else "",
                  f"grow to {a['grow_max']} nodes" if a["grow_max"] is not None else ""]
         print(f"  allocation: Slurm job {a['slurm_job']}; {', '.join(r for r in rules if r)}")
         print(f"    node-seconds held {ns['held']:.0f}, used {ns['used']:.0f}, given back {ns['given_back']:.0f} "

@@ -11,6 +11,11 @@ the node table and queue and the time; what comes out are requests to act on. Th
   waited `grow_wait` seconds and its minimum exceeds the free nodes plus those already
   asked for: the difference, within `grow_max` nodes held in all, one request per job.
   A pending request whose job no longer waits is withdrawn.
+- **Shrink to give back** (`shrink_malleable`, the operator's choice: `--release-policy
+  shrink`): while no pending job could use nodes, a registered malleable job that has held
+  more than its preferred size for `release_idle` seconds is shrunk to its preferred size,
+  and the nodes it gives back leave the allocation (under a policy that lends every idle
+  node to malleable jobs, nodes are otherwise never idle while one runs).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class AllocationRules:
     release_idle: float | None = None  # seconds idle before a node is given back; None: never
     grow_max: int | None = None  # nodes the daemon may hold in all; None: never grows
     grow_wait: float = 5.0  # how long the first pending job waits before more is asked for
+    shrink_malleable: bool = False  # malleable jobs above their preferred size give nodes back
 
     @property
     def companion_idle(self) -> float:
@@ -51,6 +57,22 @@ class Outstanding:
 
 
 @dataclass(frozen=True)
+class Holding:
+    """A running malleable job that could take a shrink order now."""
+
+    job_id: int
+    size: int
+    preferred: int
+    since: float  # its last resize (or start): how long it has held `size`
+
+
+@dataclass(frozen=True)
+class ShrinkToRelease:
+    job_id: int
+    nodes: int  # the size to shrink to
+
+
+@dataclass(frozen=True)
 class Release:
     hosts: tuple[str, ...]
 
@@ -66,7 +88,7 @@ class Withdraw:
     request_id: str
 
 
-Step = Release | Request | Withdraw
+Step = Release | Request | Withdraw | ShrinkToRelease
 
 
 def plan(
@@ -78,9 +100,11 @@ def plan(
     pending: Sequence[PendingNeed],
     outstanding: Sequence[Outstanding],
     rules: AllocationRules,
+    holding: Sequence[Holding] = (),
 ) -> list[Step]:
     """`members`: the nodes held now, first node first; `free`: those free and up;
-    `idle_since`: when each free node became free; `pending`: in submission order."""
+    `idle_since`: when each free node became free; `pending`: in submission order;
+    `holding`: the malleable jobs that could be shrunk now."""
     steps: list[Step] = []
     waiting = {p.job_id for p in pending}
     for o in outstanding:
@@ -101,6 +125,9 @@ def plan(
                 out.append(h)
         if out:
             steps.append(Release(tuple(out)))
+        if rules.shrink_malleable and rules.release_idle is not None:
+            steps += [ShrinkToRelease(h.job_id, h.preferred) for h in holding
+                      if h.size > h.preferred and now - h.since >= rules.release_idle]
     if rules.grow_max is not None and pending:
         head = pending[0]
         need = head.min_nodes - len(free) - asked

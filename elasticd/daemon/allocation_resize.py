@@ -41,20 +41,25 @@ from elasticd.cluster import expand_hostlist
 from elasticd.core.allocation_plan import (
     AllocationRules,
     AllocationUsage,
+    Holding,
     Outstanding,
     PendingNeed,
     Release,
     Request,
+    ShrinkToRelease,
     Withdraw,
     plan,
 )
 from elasticd.core.engine import Core
+from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 
 log = logging.getLogger("elasticd.allocation")
 
 COMPANIONS_FILE = "companions.json"
 _RETRY_AFTER = 60.0
+# A shrink ordered to give nodes back that gave none within this long is not waited for.
+_SHRINK_FORGOTTEN = 120.0
 _SLURM_TIMEOUT = 30.0
 
 
@@ -115,7 +120,8 @@ class AllocationResizer:
 
     def __init__(self, core: Core, launcher: Any, rules: AllocationRules, main_job: str, state_dir: Path,
                  nodes_added: Callable[[list[str]], None], nodes_removed: Callable[[list[str]], None],
-                 now: Callable[[], float], sbatch_args: list[str] | None = None, interval: float = 1.0) -> None:
+                 now: Callable[[], float], sbatch_args: list[str] | None = None, interval: float = 1.0,
+                 resize: Callable[[int, int], None] | None = None) -> None:
         self.core = core
         self.launcher: ResizeLauncher = launcher
         self.rules = rules
@@ -127,6 +133,10 @@ class AllocationResizer:
         self.now = now
         self.sbatch_args = list(sbatch_args or [])
         self.interval = interval
+        self.resize = resize
+        # Jobs shrunk to give nodes back (--release-policy shrink): the nodes they free leave.
+        self.shrinking: dict[int, float] = {}  # job -> when it was ordered
+        self._tasks: set[asyncio.Task[None]] = set()
         self.companions: dict[str, Companion] = {}
         self.idle_since: dict[str, float] = {}
         self.usage = AllocationUsage()
@@ -208,9 +218,15 @@ class AllocationResizer:
         outstanding = [Outstanding(c.slurm_id, c.count, c.for_job) for c in self.companions.values()
                        if c.state == "PENDING"]
         steps = plan(self.now(), core.nodes.members, core.nodes.free_hosts(), self.idle_since,
-                     self.companion_hosts(), pending, outstanding, self.rules)
+                     self.companion_hosts(), pending, outstanding, self.rules, self._holding())
         for step in steps:
-            if isinstance(step, Release):
+            if isinstance(step, ShrinkToRelease):
+                if self.resize is not None and step.job_id not in self.shrinking:
+                    self.shrinking[step.job_id] = self.now()
+                    log.info("allocation: job %d shrinks to %d node(s) to give nodes back (--release-policy shrink)",
+                             step.job_id, step.nodes)
+                    self.resize(step.job_id, step.nodes)
+            elif isinstance(step, Release):
                 await self._release(list(step.hosts))
             elif isinstance(step, Request):
                 await self._request(step.count, step.for_job)
@@ -219,8 +235,50 @@ class AllocationResizer:
                 if c is not None:
                     await self._cancel(c, f"job {c.for_job} no longer waits for it")
 
+    def _holding(self) -> list[Holding]:
+        if not self.rules.shrink_malleable:
+            return []
+        core, now = self.core, self.now()
+        for jid, t in list(self.shrinking.items()):
+            if now - t > _SHRINK_FORGOTTEN:  # refused, or settled without giving hosts back
+                del self.shrinking[jid]
+        out = []
+        for jid in core.active_ids:
+            job = core.job(jid)
+            if (jid not in self.shrinking and job.state is JobState.RUNNING and job.malleable_ready
+                    and not job.deregistered and job.order is None and not job.held):
+                since = job.last_resize if job.last_resize is not None else (job.start_time or now)
+                out.append(Holding(jid, job.size, job.bounds[2], since))
+        return out
+
+    def hosts_freed(self, job_id: int, hosts: list[str]) -> None:
+        """A job gave hosts back (before any scheduling pass sees them): those of a shrink
+        ordered to give nodes back leave the allocation at once, unless work came meanwhile
+        that could use them."""
+        if self.shrinking.pop(job_id, None) is None:
+            return
+        if any(self.core.job(j).bounds[0] <= max(self.core.nodes.total, self.rules.grow_max or 0)
+               for j in self.core.pending_ids):
+            return
+        first = self.core.nodes.members[0] if self.core.nodes.members else None
+        by_job = self._take_out([h for h in hosts if h != first and self.core.nodes.owner_of(h) is None])
+        if by_job:
+            task = asyncio.ensure_future(self._give_back(by_job))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def job_ended(self, job_id: int) -> None:
+        self.shrinking.pop(job_id, None)
+
     # ---- giving back -------------------------------------------------------------------------
     async def _release(self, hosts: list[str]) -> None:
+        by_job = self._take_out(hosts)
+        if by_job:
+            await self._give_back(by_job)
+
+    def _take_out(self, hosts: list[str]) -> dict[str, list[str]]:
+        """The hosts that can be given back now, out of the node table (so that no job is
+        placed there meanwhile), by the Slurm job that holds them."""
         now = self.now()
         owner = {h: c for c in self.companions.values() if c.state == "RUNNING" for h in c.hosts}
         by_job: dict[str, list[str]] = {}
@@ -228,11 +286,12 @@ class AllocationResizer:
             slurm_id = owner[h].slurm_id if h in owner else self.main_job
             if self._retry_after.get(slurm_id, 0.0) <= now:
                 by_job.setdefault(slurm_id, []).append(h)
-        if not by_job:
-            return
-        # Out of the node table first, so that no job is placed there meanwhile.
-        self.account()
-        self.nodes_removed([h for leaving in by_job.values() for h in leaving])
+        if by_job:
+            self.account()
+            self.nodes_removed([h for leaving in by_job.values() for h in leaving])
+        return by_job
+
+    async def _give_back(self, by_job: dict[str, list[str]]) -> None:
         gone: list[str] = []
         for slurm_id, leaving in by_job.items():
             c = self.companions.get(slurm_id)
@@ -388,6 +447,7 @@ class AllocationResizer:
         return {
             "slurm_job": self.main_job,
             "release_idle": self.rules.release_idle,
+            "release_policy": "shrink" if self.rules.shrink_malleable else "idle",
             "grow_max": self.rules.grow_max,
             "companions": [asdict(c) for c in self.companions.values()],
             "node_seconds": self.usage.as_dict(),

@@ -276,7 +276,7 @@ class Daemon:
         if cfg.allocation_rules is not None and cfg.slurm_job:
             self.allocation = AllocationResizer(
                 self.core, self.launcher, cfg.allocation_rules, cfg.slurm_job, cfg.state_dir,
-                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args)
+                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args, resize=self.resize)
             await self.allocation.start()
             self._spawn(run_every(1.0, self.allocation.tick), "allocation")
         if ready is not None:
@@ -920,6 +920,8 @@ class Daemon:
         job = self.core.jobs.get(job_id)
         order_id = job.order.order_id if job is not None and job.order is not None else None
         self._do(ev.HostsGone(self.now(), job_id, tuple(hosts)))
+        if self.allocation is not None:
+            self.allocation.hosts_freed(job_id, hosts)  # before a pass could lend them again
         if order_id is not None and (job is None or job.order is None):
             self._order_settled(order_id)
         log.info("job %d: hosts %s free", job_id, ",".join(hosts))
@@ -1019,6 +1021,8 @@ class Daemon:
 
     def _job_ended(self, job_id: int) -> None:
         self._outputs.pop(job_id, None)
+        if self.allocation is not None:
+            self.allocation.job_ended(job_id)
         for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles):
             table.pop(job_id, None)
         handle = self._timers.limits.pop(job_id, None)
