@@ -125,6 +125,8 @@ class Core:
         # The most nodes the cluster may come to hold (an allocation that grows on demand):
         # jobs up to that size are accepted and wait for the nodes.
         self.grow_to = 0
+        # Jobs' history entries keep their hosts (see Job.record_hosts).
+        self.record_hosts = True
         self.policy = policy
         self.order_deadline = order_deadline
         # After a refusal the policy leaves the job alone this long (a user's resize does
@@ -451,7 +453,7 @@ class Core:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:
             raise InvalidTransition(f"submitted as job {ev.job_id}; the next id is {self._next_id}")
         bounds = self.fit(ev.spec)
-        job = Job(job_id=ev.job_id, spec=ev.spec, submit_time=ev.time)
+        job = Job(job_id=ev.job_id, spec=ev.spec, submit_time=ev.time, record_hosts=self.record_hosts)
         job.bounds = bounds
         self._next_id = ev.job_id + 1
         self.jobs[job.job_id] = job

@@ -56,6 +56,10 @@ class Job:
     no_orders_until: float = 0.0
     refused_until: float = 0.0  # policies leave the job alone until then
     events: list[JobEvent] = field(default_factory=list)
+    # Whether history entries keep the hosts (accounting, the journal, Gantt charts) or only
+    # their number (a simulation that draws no chart: a resizing job's host lists were most
+    # of a long simulation's memory).
+    record_hosts: bool = True
     # The time limit as it stands (elasticd.core.limits): reference seconds used up to
     # limit_since, and when the limit falls at the current size.
     limit_used: float = 0.0
@@ -78,6 +82,9 @@ class Job:
         return len(self.hosts)
 
     def record(self, now: float, event: JobEventKind, cause: Cause, detail: str | None = None) -> None:
+        if not self.record_hosts:
+            self.events.append(JobEvent(now, event, len(self.hosts), (), detail, cause))
+            return
         hosts = tuple(self.hosts)
         if self.events and self.events[-1].hosts == hosts:
             hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host

@@ -98,9 +98,12 @@ def _make_spec(j: SimJob, limit: int, text: str | None) -> JobSpec:
 
 
 class Simulation:
-    def __init__(self, jobs: list[SimJob], nodes: int, policy: Policy) -> None:
+    def __init__(self, jobs: list[SimJob], nodes: int, policy: Policy, record_hosts: bool = True) -> None:
+        """`record_hosts`: keep the hosts of every history entry (what a Gantt chart draws);
+        without, only their number (every outcome and metric is the same)."""
         self.jobs = jobs
         self.core = Core((f"n{i}" for i in range(nodes)), policy, order_deadline=math.inf)
+        self.core.record_hosts = record_hosts
         self.policy = policy
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -262,7 +265,7 @@ class SimulationError(ElasticError):
 
 def simulate(jobs: list[SimJob], nodes: int, policy: Policy) -> list[JobOutcome]:
     """Every job's outcome; each ends COMPLETED or TIMEOUT (its time limit)."""
-    sim = Simulation(jobs, nodes, policy)
+    sim = Simulation(jobs, nodes, policy, record_hosts=False)
     out = sim.run()
     unfinished = [o for o in out if o.state not in (JobState.COMPLETED.value, JobState.TIMEOUT.value)]
     if unfinished:
