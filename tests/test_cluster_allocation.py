@@ -5,17 +5,14 @@ daemon. Needs root and the packages, as tests/test_cluster_vcluster.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import RunningDaemon, stop_daemon, wait_until, write_job
-from elasticd.statedir import read_record
-from test_cluster_environment import HOLD, allocation, daemon_in
+from test_cluster_environment import HOLD, allocation, daemon_in, kill_and_restart, restartable
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
     VCluster,
     assert_no_job_process_left,
@@ -65,9 +62,8 @@ def test_release_idle_gives_idle_nodes_back_to_slurm_and_never_the_first(
     work.mkdir()
     state = tmp_path / "state"
     env = vcluster.env(ELASTIC_STATE_DIR=str(state))
-    start = "elasticd start --launcher ssh --kill-wait 1 --release-idle 3"
     # Started, killed with -9 by the test once the allocation shrank, started again.
-    script = f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
+    script = restartable("elasticd start --launcher ssh --kill-wait 1 --release-idle 3", tmp_path)
     with allocation(vcluster, tmp_path, script, env, name="shrink") as salloc:
         d = daemon_in(state, salloc, tmp_path, "shrink")
         try:
@@ -87,11 +83,7 @@ def test_release_idle_gives_idle_nodes_back_to_slurm_and_never_the_first(
             assert status(d)["allocation"]["node_seconds"]["released_nodes"] == 2
             # A daemon restarted after kill -9 manages what Slurm holds now, not the
             # allocation's first node list (SLURM_JOB_NODELIST), and the job runs on.
-            first = d.record.pid
-            os.kill(first, signal.SIGKILL)
-            (tmp_path / "restart").touch()
-            assert wait_until(lambda: (rec := read_record(state)) is not None and rec.pid != first, 60)
-            d = daemon_in(state, salloc, tmp_path, "shrink")
+            d = kill_and_restart(d, salloc, tmp_path, "shrink")
             assert [n["name"] for n in status(d)["nodes"]] == ["node1"]
             assert d.job(one)["state"] == "RUNNING"
             (work / "go-one").touch()

@@ -72,6 +72,23 @@ def is_running(d: RunningDaemon, job_id: int) -> bool:
 HOLD = "while elasticd status >/dev/null 2>&1; do sleep 0.3; done"
 
 
+def restartable(start: str, tmp_path: Path) -> str:
+    """A salloc script: START, then once the test killed that daemon (kill_and_restart)
+    START again in the same allocation, held until the second daemon is stopped."""
+    return f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
+
+
+def kill_and_restart(d: RunningDaemon, salloc: subprocess.Popen[bytes], tmp_path: Path, name: str) -> RunningDaemon:
+    """kill -9 the daemon of a `restartable` allocation; the one started after it."""
+    first = d.record.pid
+    os.kill(first, signal.SIGKILL)
+    psutil.Process(first).wait(timeout=10)
+    (tmp_path / "restart").touch()
+    assert wait_until(lambda: (rec := read_record(d.state_dir)) is not None and rec.pid != first, 60), \
+        "the daemon was not started again"
+    return daemon_in(d.state_dir, salloc, tmp_path, name)
+
+
 @pytest.mark.timeout(150)
 def test_jobs_run_the_daemons_python_whatever_the_shell_put_first_and_see_no_slurm_variables(
     vcluster: VCluster, tmp_path: Path  # noqa: F811

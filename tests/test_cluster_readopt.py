@@ -17,7 +17,7 @@ import pytest
 
 from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, mpi_skip_reason
-from test_cluster_environment import HOLD, allocation, daemon_in
+from test_cluster_environment import allocation, daemon_in, kill_and_restart, restartable
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
     RECORDER,
     VCluster,
@@ -175,10 +175,7 @@ def test_after_kill_9_srun_steps_are_taken_over_and_end_once_with_their_status(
     work.mkdir()
     state = tmp_path / "state"
     env = vcluster.env(ELASTIC_STATE_DIR=str(state))
-    start = "elasticd start --launcher srun --kill-wait 2 --order-deadline 20"
-    # The daemon starts, is killed with -9 by the test, and is started again in the same
-    # allocation; the allocation ends when the second daemon is stopped.
-    script = f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
+    script = restartable("elasticd start --launcher srun --kill-wait 2 --order-deadline 20", tmp_path)
     with allocation(vcluster, tmp_path, script, env, name="srun-readopt") as salloc:
         d = daemon_in(state, salloc, tmp_path, "srun-readopt")
         try:
@@ -190,11 +187,7 @@ def test_after_kill_9_srun_steps_are_taken_over_and_end_once_with_their_status(
             rigid_pid = pid_file(work, f"pid-rigid-{d.job(rigid)['hosts'][0]}")
             mall_host = d.job(mall)["hosts"][0]
             leader = pid_file(work, f"pid-{mall_host}")
-            first = d.record.pid
-            kill_9(d)
-            (tmp_path / "restart").touch()
-            assert wait_until(lambda: (rec := _record(state)) is not None and rec.pid != first, 60)
-            d = daemon_in(state, salloc, tmp_path, "srun-readopt")
+            d = kill_and_restart(d, salloc, tmp_path, "srun-readopt")
             log = (state / "daemon.log").read_text()
             assert f"job {rigid}: found again on" in log and f"job {mall}: found again on" in log, log[-3000:]
             assert alive(rigid_pid) and alive(leader)
@@ -219,11 +212,6 @@ def test_after_kill_9_srun_steps_are_taken_over_and_end_once_with_their_status(
             stop_daemon(d.record)
     assert_no_job_process_left()
 
-
-def _record(state: Path):  # type: ignore[no-untyped-def]
-    from elasticd.statedir import read_record
-
-    return read_record(state)
 
 
 __all__ = ["BIN", "job_processes"]
