@@ -96,8 +96,8 @@ def accounts(jobs: list[Job], now: float) -> list[JobAccount]:
 class AllocationAccount:
     """One daemon run's allocation from its event log: node-seconds held (the nodes it had,
     over time), used by jobs, and given back (nodes released, from their release to the
-    run's last event); how many nodes it gave back and took in (--release-idle,
-    --grow-allocation)."""
+    run's last event); how many nodes it gave back (`released`) and took in (`added`, from
+    companion allocations) — nodes, not events (--release-idle, --grow-allocation)."""
 
     start: float
     end: float
@@ -122,6 +122,7 @@ def allocation_accounts(segments: list[Segment], jobs: list[Job]) -> list[Alloca
         t, end = start, start
         held_s = given_s = 0.0
         out_now = released = added = 0
+        removed_at: dict[str, float] = {}
         for rec in seg.records:
             e = rec.get("event") or {}
             now = float(e.get("time", t))
@@ -131,10 +132,17 @@ def allocation_accounts(segments: list[Segment], jobs: list[Job]) -> list[Alloca
                 held_s += held * (now - t)
                 given_s += out_now * (now - t)
                 t = now
-                n = len(e.get("hosts", []))
-                if kind == "NodesAdded":
+                hosts = [str(h) for h in e.get("hosts", [])]
+                n = len(hosts)
+                if kind == "NodesAdded" and e.get("refused"):
+                    # The give-back was refused: they were held all along.
+                    back = sum(now - removed_at.pop(h, now) for h in hosts)
+                    held_s, given_s = held_s + back, given_s - back
+                    held, released, out_now = held + n, released - n, max(0, out_now - n)
+                elif kind == "NodesAdded":
                     held, added, out_now = held + n, added + n, max(0, out_now - n)
                 else:
+                    removed_at.update(dict.fromkeys(hosts, now))
                     held, released, out_now = held - n, released + n, out_now + n
         held_s += held * (end - t)
         given_s += out_now * (end - t)

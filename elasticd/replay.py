@@ -47,6 +47,7 @@ def core_for(header: dict[str, Any], previous: Core | None) -> Core:
     policy = make_policy(header["policy"], dict(header.get("params", {})))
     core = Core(header["nodes"], policy, first_job_id=int(header["next_job_id"]),
                 order_deadline=float(header["order_deadline"]), refuse_backoff=float(header["refuse_backoff"]))
+    core.grow_to = int(header.get("grow_to", 0))  # an allocation that grows took wider jobs
     if header.get("recovered"):
         if previous is None:
             raise ReplayDiverged("the log starts with a recovered daemon: the run before it is not in the log")

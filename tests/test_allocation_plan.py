@@ -116,3 +116,18 @@ def test_malleable_jobs_are_shrunk_to_give_nodes_back_only_when_the_operator_ask
     # Not without the operator's word, and not while a pending job could use the nodes.
     assert plan(100.0, ["a", "b"], [], {}, frozenset(), [], [], AllocationRules(release_idle=10.0), held) == []
     assert plan(100.0, ["a", "b"], [], {}, frozenset(), [PendingNeed(9, 1, 0.0)], [], ask, held) == []
+
+
+def test_eacct_counts_a_refused_give_back_as_held_all_along() -> None:
+    from elasticd.accounting import allocation_accounts
+    from elasticd.eventlog import Segment
+
+    def ev(t: float, kind: str, hosts: list[str], refused: bool = False) -> dict:
+        return {"seq": 1, "event": {"type": kind, "time": t, "hosts": hosts, "refused": refused}, "actions": []}
+
+    refused = Segment({"time": 0.0, "nodes": ["a", "b", "c"]},
+                      [ev(10.0, "NodesRemoved", ["b", "c"]), ev(15.0, "NodesAdded", ["b", "c"], refused=True),
+                       ev(30.0, "NodesRemoved", ["c"]), {"seq": 2, "event": {"type": "PassDue", "time": 40.0}}])
+    (run,) = allocation_accounts([refused], [])
+    # b and c were held 0-30 s, c was given back at 30 s: 3 x 30 + 2 x 10 held, 1 x 10 given back.
+    assert (run.held, run.given_back, run.released, run.added) == (110.0, 10.0, 1, 0)

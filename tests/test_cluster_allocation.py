@@ -121,7 +121,9 @@ def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_
     work.mkdir()
     state = tmp_path / "state"
     env = vcluster.env(ELASTIC_STATE_DIR=str(state))
-    script = f"elasticd start --launcher ssh --kill-wait 1 --grow-allocation 2 --release-idle 2 && {HOLD}"
+    # One sbatch option, given as users write it (the value starts with --).
+    script = (f"elasticd start --launcher ssh --kill-wait 1 --grow-allocation 2 --release-idle 2 "
+              f"--sbatch-args=--comment=elastic-test && {HOLD}")
     with allocation(vcluster, tmp_path, script, env, name="grow", nodes=1) as salloc:
         d = daemon_in(state, salloc, tmp_path, "grow")
         try:
@@ -136,7 +138,8 @@ def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_
             companions = status(d)["allocation"]["companions"]
             assert len(companions) == 1 and companions[0]["hosts"] == [new]
             cid = companions[0]["slurm_id"]
-            assert slurm(env, "squeue", "-h", "-j", cid, "-o", "%j|%T|%N").strip() == f"elastic-grow-{job}|RUNNING|{new}"
+            assert slurm(env, "squeue", "-h", "-j", cid, "-o", "%j|%T|%N|%k").strip() == \
+                f"elastic-grow-{job}|RUNNING|{new}|elastic-test"
             assert first_line(work / f"wide-{new}.out") == new  # the process ran on the new node
             (work / "go-wide").touch()
             d.wait([wide], timeout=30)
@@ -151,6 +154,13 @@ def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_
         finally:
             stop_daemon(d.record)
     assert_no_job_process_left()
+    # The history replays with the 2-node job the grown allocation took, and accounts for it.
+    r = d.cli("eacct", str(state), "--allocation", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [(j["job_id"], j["state"], j["max_nodes"]) for j in doc["jobs"]] == [(wide, "COMPLETED", 2)]
+    (run,) = doc["allocation"]
+    assert (run["nodes_at_start"], run["added"], run["released"]) == (1, 1, 1)
 
 
 @pytest.mark.timeout(170)

@@ -25,16 +25,18 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hostfile", type=Path, metavar="FILE",
                    help="manage the nodes in FILE, one per line (`host [slots=N]`)")
     g.add_argument("--release-idle", type=float, default=None, metavar="S",
-                   help="give nodes idle S seconds, with nothing pending that could use them, back to "
-                   "Slurm (the daemon's allocation shrinks; its first node stays)")
+                   help="inside a Slurm allocation: give nodes idle S seconds, with nothing pending that "
+                   "could use them, back to Slurm (the allocation shrinks; its first node stays)")
     g.add_argument("--release-policy", choices=("idle", "shrink"), default="idle",
                    help="with --release-idle: give back only nodes left idle (default), or also shrink "
                    "malleable jobs held above their preferred size that long, to give their nodes back")
     g.add_argument("--grow-allocation", type=int, default=None, metavar="MAX_NODES",
-                   help="when pending work waits for nodes, ask Slurm for more through companion "
-                   "allocations, up to MAX_NODES held in all; given back when idle")
+                   help="inside a Slurm allocation: when pending work waits for nodes, ask Slurm for more "
+                   "through companion allocations, up to MAX_NODES held in all; given back when idle "
+                   "(--release-idle, else after 60 s)")
     g.add_argument("--sbatch-args", default="", metavar="ARGS",
-                   help="options for the companion allocations' sbatch, e.g. '--partition=big --account=p1'")
+                   help="options for the companion allocations' sbatch, as one word: "
+                   "--sbatch-args='--partition=big --account=p1'")
     g.add_argument("--launcher", choices=LAUNCHERS, default=None,
                    help="how job processes start: ssh (cluster default), srun (job steps of the "
                    "allocation), local (--local default)")
@@ -104,7 +106,7 @@ class ClusterSettings:
         if self.grow_allocation is not None:
             out += ["--grow-allocation", str(self.grow_allocation)]
         if self.sbatch_args:
-            out += ["--sbatch-args", self.sbatch_args]
+            out.append(f"--sbatch-args={self.sbatch_args}")  # a value starting with -- needs the =
         return out
 
 
@@ -128,13 +130,15 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
                            "run `elasticd start` inside salloc or sbatch, without --hosts/--hostfile/--local")
     if args.release_idle is not None and args.release_idle <= 0:
         raise ElasticError("--release-idle must be positive (seconds)")
-    if args.grow_allocation is not None and args.grow_allocation < len(cluster.nodes):
+    if args.grow_allocation is not None and args.grow_allocation <= len(cluster.nodes):
         raise ElasticError(f"--grow-allocation {args.grow_allocation}: the allocation already holds "
-                           f"{len(cluster.nodes)} nodes; give the most it may hold in all")
+                           f"{len(cluster.nodes)} nodes; give the most it may hold in all, at least "
+                           f"{len(cluster.nodes) + 1}")
     if args.release_policy != "idle" and args.release_idle is None:
         raise ElasticError("--release-policy says how --release-idle gives nodes back: give --release-idle S too")
     if args.sbatch_args and args.grow_allocation is None:
-        raise ElasticError("--sbatch-args is for the companion allocations of --grow-allocation")
+        raise ElasticError("--sbatch-args is for the companion allocations of --grow-allocation: "
+                           "add --grow-allocation MAX_NODES")
     if args.app_listen:
         app_host = args.app_listen
     elif cluster.mode == "local":

@@ -287,9 +287,12 @@ class NodeUp(_Event):
 
 @dataclass(frozen=True, slots=True)
 class NodesAdded(_Event):
-    """The allocation grew: these nodes (reachable, verified by the driver) join as free."""
+    """The allocation grew: these nodes (reachable, verified by the driver) join as free.
+    `refused`: they are back because the batch system refused the NodesRemoved just before
+    (they never left the allocation: accounting counts them as held throughout)."""
 
     hosts: tuple[str, ...]
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

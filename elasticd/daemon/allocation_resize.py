@@ -119,7 +119,7 @@ class AllocationResizer:
     """Drives elasticd.core.allocation_plan against Slurm, every `interval` seconds."""
 
     def __init__(self, core: Core, launcher: Any, rules: AllocationRules, main_job: str, state_dir: Path,
-                 nodes_added: Callable[[list[str]], None], nodes_removed: Callable[[list[str]], None],
+                 nodes_added: Callable[[list[str], bool], None], nodes_removed: Callable[[list[str]], None],
                  now: Callable[[], float], sbatch_args: list[str] | None = None, interval: float = 1.0,
                  resize: Callable[[int, int], None] | None = None) -> None:
         self.core = core
@@ -292,6 +292,7 @@ class AllocationResizer:
         return by_job
 
     async def _give_back(self, by_job: dict[str, list[str]]) -> None:
+        since = self.now()
         gone: list[str] = []
         for slurm_id, leaving in by_job.items():
             c = self.companions.get(slurm_id)
@@ -313,7 +314,9 @@ class AllocationResizer:
                 self._failed(f"cannot give back {','.join(leaving)}: {why}; they stay in the allocation, "
                              f"tried again in {_RETRY_AFTER:.0f} s")
                 self._retry_after[slurm_id] = self.now() + _RETRY_AFTER
-                self.nodes_added(leaving)
+                # Held all along: the node-seconds out of the table meanwhile count as held.
+                self.usage.held += len(leaving) * max(0.0, self.now() - since)
+                self.nodes_added(leaving, True)
                 continue
             gone += leaving
         if gone:
@@ -415,7 +418,7 @@ class AllocationResizer:
             await self._cancel(c, "none of its nodes could be reached")
             return
         self.account()
-        self.nodes_added(added)
+        self.nodes_added(added, False)
         self.account()
         log.info("allocation: companion allocation %s started: %s join (%d node(s) held)",
                  c.slurm_id, ",".join(added), self.core.nodes.total)

@@ -542,9 +542,10 @@ class Daemon:
         self._notify()
         self._schedule_soon()
 
-    def nodes_added(self, hosts: list[str]) -> None:
-        """The allocation grew: these nodes (connected by the launcher) take jobs."""
-        self._do(ev.NodesAdded(self.now(), tuple(hosts)))
+    def nodes_added(self, hosts: list[str], refused: bool = False) -> None:
+        """The allocation grew: these nodes (connected by the launcher) take jobs; or
+        (`refused`) the batch system refused to take them back and they are used again."""
+        self._do(ev.NodesAdded(self.now(), tuple(hosts), refused))
         self._notify()
         self._schedule_soon()
 
@@ -827,7 +828,7 @@ class Daemon:
             "version": __version__, "time": self._restored_at, "recovered": self.recovered_jobs > 0,
             "nodes": core.nodes.members, "policy": core.policy.name, "params": dict(self.policy_settings),
             "order_deadline": core.order_deadline, "refuse_backoff": core.refuse_backoff,
-            "next_job_id": core.next_job_id, "next_order": core.next_order_id,
+            "next_job_id": core.next_job_id, "next_order": core.next_order_id, "grow_to": core.grow_to,
         })
 
     def _execute(self, actions: list[Action]) -> None:
