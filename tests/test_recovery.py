@@ -265,3 +265,33 @@ def test_fifty_job_batch_with_resizes_in_flight_survives_a_sigkill_and_every_job
             assert settled & set(events[last_order:]), f"job {j}: order not settled: {events}"
     finally:
         ds.close()
+
+
+@pytest.mark.timeout(90)
+def test_elasticd_start_after_a_crash_says_how_many_jobs_it_took_back(tmp_path: Path) -> None:
+    import subprocess
+
+    from conftest import BIN
+    from elasticd.statedir import read_record
+
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["ELASTIC_STATE_DIR"] = str(state)
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    assert cli("elasticd", "start", "--local", "1").returncode == 0
+    try:
+        job = write_job(tmp_path, "long", 'name = "long"\ncommand = ["sleep", "60"]\nnodes = 1\n')
+        assert cli("esubmit", str(job)).returncode == 0
+        rec = read_record(state)
+        assert rec is not None
+        os.kill(rec.pid, signal.SIGKILL)
+        psutil.Process(rec.pid).wait(timeout=10)
+        r = cli("elasticd", "start", "--local", "1")
+        assert r.returncode == 0, r.stderr
+        assert "1 job(s) recovered from the journal" in r.stdout, r.stdout
+    finally:
+        cli("elasticd", "stop")

@@ -229,11 +229,14 @@ def cmd_start(args: argparse.Namespace) -> int:
     print(f"  control channel {rec.control_address}, applications {rec.app_address}")
     if cluster.cpus:
         print(f"  cores per node: {', '.join(f'{n}={c}' for n, c in zip(cluster.nodes, cluster.cpus))}")
-    if cluster.mode == "cluster":
-        with ControlClient(rec, "elasticd-start") as c:
-            down = [n.name for n in StatusInfo.model_validate(c.request(Status())).nodes if n.state == "down"]
-        if down:
-            print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
+    with ControlClient(rec, "elasticd-start") as c:
+        info = StatusInfo.model_validate(c.request(Status()))
+    down = [n.name for n in info.nodes if n.state == "down"]
+    if down:
+        print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
+    if info.recovered_jobs:
+        print(f"  {info.recovered_jobs} job(s) recovered from the journal (running ones taken over; "
+              "`elasticd status`, `equeue`)")
     if args.metrics_port:
         print(f"  metrics at http://{args.listen}:{args.metrics_port}/metrics")
     print(f"  state and log in {state_dir}")
