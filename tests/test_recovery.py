@@ -284,7 +284,7 @@ def test_elasticd_start_after_a_crash_says_how_many_jobs_it_took_back(tmp_path: 
 
     assert cli("elasticd", "start", "--local", "1").returncode == 0
     try:
-        job = write_job(tmp_path, "long", 'name = "long"\ncommand = ["sleep", "60"]\nnodes = 1\n')
+        job = write_job(tmp_path, "long", f'name = "long"\ncommand = ["sleep", "60"]\nnodes = 1\nworking_dir = "{tmp_path}"\n')
         assert cli("esubmit", str(job)).returncode == 0
         rec = read_record(state)
         assert rec is not None
