@@ -195,3 +195,27 @@ def test_release_policy_shrink_takes_lent_nodes_back_from_a_malleable_job_and_gi
         finally:
             stop_daemon(d.record)
     assert_no_job_process_left()
+
+
+@pytest.mark.timeout(150)
+def test_a_companion_allocation_ended_by_slurm_under_a_job_is_a_node_failure_for_it(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    env = vcluster.env(ELASTIC_STATE_DIR=str(state))
+    script = f"elasticd start --launcher ssh --kill-wait 1 --grow-allocation 2 --release-idle 2 && {HOLD}"
+    with allocation(vcluster, tmp_path, script, env, name="lostcompanion", nodes=1) as salloc:
+        d = daemon_in(state, salloc, tmp_path, "lostcompanion")
+        try:
+            wide = d.submit(sleeper(work, "wide", 2))
+            assert wait_until(lambda: d.job(wide)["state"] == "RUNNING", 60), status(d)["allocation"]
+            (companion,) = status(d)["allocation"]["companions"]
+            slurm(env, "scancel", companion["slurm_id"])  # an administrator, or its time limit
+            assert wait_until(lambda: d.job(wide)["state"] == "NODE_FAIL", 30), d.job(wide)
+            assert wait_until(lambda: [n["name"] for n in status(d)["nodes"]] == ["node1"], 30), status(d)
+            assert status(d)["allocation"]["companions"] == []
+        finally:
+            stop_daemon(d.record)
+    assert_no_job_process_left()

@@ -20,7 +20,7 @@ the node table and queue and the time; what comes out are requests to act on. Th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 # Companion allocations are given back after this long idle when the operator asked only
@@ -91,6 +91,13 @@ class Withdraw:
 Step = Release | Request | Withdraw | ShrinkToRelease
 
 
+def waiting_for_nodes(pending_minimums: Iterable[int], held: int, rules: AllocationRules) -> bool:
+    """Whether a pending job could use the nodes held (or, with growth, that may be held):
+    then no node is given back, whatever is idle."""
+    capacity = held if rules.grow_max is None else max(held, rules.grow_max)
+    return any(m <= capacity for m in pending_minimums)
+
+
 def plan(
     now: float,
     members: Sequence[str],
@@ -112,9 +119,7 @@ def plan(
             steps.append(Withdraw(o.request_id))
     live = [o for o in outstanding if o.for_job in waiting]
     asked = sum(o.count for o in live)
-    capacity = len(members) if rules.grow_max is None else max(len(members), rules.grow_max)
-    usable = any(p.min_nodes <= capacity for p in pending)
-    if not usable:
+    if not waiting_for_nodes((p.min_nodes for p in pending), len(members), rules):
         first = members[0] if members else None
         out = []
         for h in free:

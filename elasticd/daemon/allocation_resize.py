@@ -49,6 +49,7 @@ from elasticd.core.allocation_plan import (
     ShrinkToRelease,
     Withdraw,
     plan,
+    waiting_for_nodes,
 )
 from elasticd.core.engine import Core
 from elasticd.core.states import JobState
@@ -121,7 +122,8 @@ class AllocationResizer:
     def __init__(self, core: Core, launcher: Any, rules: AllocationRules, main_job: str, state_dir: Path,
                  nodes_added: Callable[[list[str], bool], None], nodes_removed: Callable[[list[str]], None],
                  now: Callable[[], float], sbatch_args: list[str] | None = None, interval: float = 1.0,
-                 resize: Callable[[int, int], None] | None = None) -> None:
+                 resize: Callable[[int, int], None] | None = None,
+                 node_down: Callable[[str, str], None] | None = None) -> None:
         self.core = core
         self.launcher: ResizeLauncher = launcher
         self.rules = rules
@@ -134,6 +136,7 @@ class AllocationResizer:
         self.sbatch_args = list(sbatch_args or [])
         self.interval = interval
         self.resize = resize
+        self.node_down = node_down
         # Jobs shrunk to give nodes back (--release-policy shrink): the nodes they free leave.
         self.shrinking: dict[int, float] = {}  # job -> when it was ordered
         self._tasks: set[asyncio.Task[None]] = set()
@@ -257,8 +260,8 @@ class AllocationResizer:
         that could use them."""
         if self.shrinking.pop(job_id, None) is None:
             return
-        if any(self.core.job(j).bounds[0] <= max(self.core.nodes.total, self.rules.grow_max or 0)
-               for j in self.core.pending_ids):
+        core = self.core
+        if waiting_for_nodes((core.job(j).bounds[0] for j in core.pending_ids), core.nodes.total, self.rules):
             return
         first = self.core.nodes.members[0] if self.core.nodes.members else None
         by_job = self._take_out([h for h in hosts if h != first and self.core.nodes.owner_of(h) is None])
@@ -431,8 +434,14 @@ class AllocationResizer:
         if idle:
             self.nodes_removed(idle)
             await self.launcher.remove_hosts(idle)
-        if len(idle) < len(held):
-            return  # the jobs there fail with their nodes (the launcher reports them down)
+        busy = [h for h in held if h not in idle]
+        if busy:
+            # The jobs there lose those nodes, as in a node failure (SSH may still reach
+            # them, but they are no longer the daemon's); once idle, they leave (next poll).
+            for h in busy:
+                if h not in self.core.nodes.down and self.node_down is not None:
+                    self.node_down(h, f"companion allocation {c.slurm_id} ended ({state})")
+            return
         self.companions.pop(c.slurm_id, None)
         self._save()
 

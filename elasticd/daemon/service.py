@@ -276,7 +276,8 @@ class Daemon:
         if cfg.allocation_rules is not None and cfg.slurm_job:
             self.allocation = AllocationResizer(
                 self.core, self.launcher, cfg.allocation_rules, cfg.slurm_job, cfg.state_dir,
-                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args, resize=self.resize)
+                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args, resize=self.resize,
+                node_down=self.node_down)
             await self.allocation.start()
             self._spawn(run_every(1.0, self.allocation.tick), "allocation")
         if ready is not None:
