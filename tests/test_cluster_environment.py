@@ -78,11 +78,16 @@ def restartable(start: str, tmp_path: Path) -> str:
     return f"{start} && while [ ! -e {tmp_path}/restart ]; do sleep 0.2; done && {start} && {HOLD}"
 
 
+def kill_9(d: RunningDaemon) -> None:
+    """The daemon killed as the OOM killer or an operator would: no stop, no cleanup."""
+    os.kill(d.record.pid, signal.SIGKILL)
+    psutil.Process(d.record.pid).wait(timeout=10)
+
+
 def kill_and_restart(d: RunningDaemon, salloc: subprocess.Popen[bytes], tmp_path: Path, name: str) -> RunningDaemon:
     """kill -9 the daemon of a `restartable` allocation; the one started after it."""
     first = d.record.pid
-    os.kill(first, signal.SIGKILL)
-    psutil.Process(first).wait(timeout=10)
+    kill_9(d)
     (tmp_path / "restart").touch()
     assert wait_until(lambda: (rec := read_record(d.state_dir)) is not None and rec.pid != first, 60), \
         "the daemon was not started again"
@@ -161,8 +166,7 @@ def test_after_kill_9_and_a_lost_journal_no_process_is_left_on_a_node_called_idl
         hosts = d.job(rigid)["hosts"]
         pids = {h: pid_file(work, f"pid-rigid-{h}") for h in hosts}
         assert all(node_of(pid) == h for h, pid in pids.items())
-        os.kill(d.record.pid, signal.SIGKILL)
-        psutil.Process(d.record.pid).wait(timeout=10)
+        kill_9(d)
         assert all(alive(pid) for pid in pids.values())
         # An operator's cleanup: nothing in the state directory says the job ran.
         for name in ("journal.db", "events.jsonl"):

@@ -6,18 +6,15 @@ once with its true exit status. Needs root and the packages, as tests/test_clust
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import BIN, stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, mpi_skip_reason
-from test_cluster_environment import allocation, daemon_in, kill_and_restart, restartable
+from test_cluster_environment import allocation, daemon_in, kill_9, kill_and_restart, restartable
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
     RECORDER,
     VCluster,
@@ -68,11 +65,6 @@ def ended_once(state: Path) -> dict[int, int]:
         if e.get("type") in ("Exited", "JobLost"):
             counts[e["job_id"]] = counts.get(e["job_id"], 0) + 1
     return counts
-
-
-def kill_9(d: RunningDaemon) -> None:
-    os.kill(d.record.pid, signal.SIGKILL)
-    psutil.Process(d.record.pid).wait(timeout=10)
 
 
 @pytest.mark.timeout(200)
