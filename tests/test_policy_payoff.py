@@ -70,3 +70,26 @@ def test_with_no_malleable_job_running_it_starts_what_easy_starts() -> None:
     pending = (waiting(1, 8), waiting(2, 4, limit=30.0), waiting(3, 2, limit=20.0), waiting(4, 1, limit=900.0))
     s = snap(10, pending, (rigid,), total=14)
     assert Payoff().decide(s) == EasyBackfill().decide(s) == [Start(1, 8), Start(3, 2)]
+
+
+def test_room_is_made_only_for_jobs_within_max_job_test_of_the_queue_head() -> None:
+    # No shrink can make room for the head (it needs 14 nodes, the running job can give 12);
+    # the short job behind it gets room, but only if the pass looks that deep.
+    long = running(1, 16, pref=16, lo=4, limit=36000.0)
+    queue = (waiting(2, 14, limit=36000.0), waiting(3, 8, limit=60.0))
+    assert Payoff().decide(snap(0, queue, (long,))) == [Shrink(1, 8)]
+    assert Payoff(max_job_test=1).decide(snap(0, queue, (long,))) == []
+
+
+def test_room_plans_from_loans_and_widest_jobs_match_a_walk_of_the_donors() -> None:
+    # Loans are taken back first (largest first), then the widest jobs down to their minimum.
+    lent = running(1, 6, pref=4, lo=2)   # 2 lent
+    wide = running(2, 8, pref=8, lo=3)   # 5 above its minimum
+    narrow = running(3, 4, pref=4, lo=2)  # 2 above its minimum
+    short = waiting(4, 7, limit=30.0)
+    out = Payoff().decide(snap(0, (short,), (lent, wide, narrow), total=18))
+    assert out == [Shrink(1, 2), Shrink(2, 5)]
+    # Without the loan, the widest job gives 5 and the next-widest the other 2.
+    unlent = running(1, 4, pref=4, lo=2)
+    out = Payoff().decide(snap(0, (short,), (unlent, wide, narrow), total=16))
+    assert out == [Shrink(1, 2), Shrink(2, 5)]

@@ -93,11 +93,22 @@ class EasyResult:
     @property
     def waiting(self) -> list[PendingView]:
         """The jobs not started, in queue order."""
-        pending, skip = self._pending, self._skip
+        return self.first_waiting(len(self._pending))
+
+    def first_waiting(self, count: int) -> list[PendingView]:
+        """The first `count` jobs not started, in queue order (a policy that looks only so
+        deep into a queue of 100,000 need not list it all)."""
+        pending, skip, head = self._pending, self._skip, self._head
         if not skip:
-            return list(pending[self._head :])
+            return list(pending[head : head + count])
         started = set(skip)
-        return [pending[k] for k in range(self._head, len(pending)) if k not in started]
+        out: list[PendingView] = []
+        for k in range(head, len(pending)):
+            if k not in started:
+                out.append(pending[k])
+                if len(out) == count:
+                    break
+        return out
 
 
 def easy_pass(

@@ -27,6 +27,7 @@ work estimate (a scheduler knows limits, not run times), as MEBF and SD-Policy d
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 
 from elastic_protocol.jobspec import JobKind
@@ -64,17 +65,21 @@ class Payoff:
     name = "payoff"
 
     def __init__(self, min_resize_interval: float = 10.0, order_latency: float = 0.0,
-                 gain_factor: float = 1.0, start: str = "preferred") -> None:
+                 gain_factor: float = 1.0, start: str = "preferred", max_job_test: int = 500) -> None:
         self.start = start
+        self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
         self.order_latency = order_latency
         self.gain_factor = gain_factor
         self._pred = Predictions()
-        self._by_loan: list[RunningView] = []
-        self._by_width: list[RunningView] = []
+        self._loans: list[tuple[int, int]] = []
+        self._costs: dict[tuple[int, int, int], float] = {}  # per pass: (job, size, taken) -> cost
+        self._by_width: list[RunningView] = []  # jobs above their minimum, widest first
+        self._width_rooms: list[int] = []  # nodes the first k+1 of them can give
+        self._width_costs: list[float] = [0.0]  # what taking all of the first k costs
         self._capacity = 0
         self._shadows: dict[int, float] = {}
-        self._steps: list[tuple[float, int]] | None = None
+        self._steps: tuple[list[float], list[int]] | None = None  # per pass: (when, nodes free by then)
         self._plans: dict[int, tuple[dict[int, int], dict[int, int], float] | None] = {}
 
     # ---- the pass ------------------------------------------------------------------------
@@ -92,11 +97,15 @@ class Payoff:
         size = {r.job_id: r.size for r in ready}
         self._orders_for(ready, size)
         self._shadows = {}  # per pass: reservations by size
+        self._costs = {}
         self._steps = None
         shrinks: dict[int, int] = {}
         avail = res.free + snap.incoming_nodes
         owed = False
-        for job in res.waiting:
+        # Room is looked for as deep in the queue as Slurm's backfill looks (bf_max_job_test):
+        # past it, a queue of 10,000 would cost a pass per job for nodes that the jobs
+        # ahead, being considered first, would take anyway.
+        for job in res.first_waiting(self.max_job_test):
             need = start_nodes_of(job)
             if need <= avail:
                 owed = True  # idle nodes, or nodes coming back, will start it
@@ -158,17 +167,18 @@ class Payoff:
         donors in slowdown) to free `lack` nodes; None if they cannot be found."""
         take: dict[int, int] = {}
         # Loans first, the largest first: reclaimed whatever the resize interval.
-        for r in self._by_loan:
-            over = size[r.job_id] - max(r.preferred, r.min_nodes)
-            if over <= 0 or lack <= 0:
-                continue
+        for job_id, over in self._loans:
+            if lack <= 0:
+                break
             n = min(over, lack)
-            take[r.job_id] = n
+            take[job_id] = n
             lack -= n
         if lack <= 0:
             return take, {}, 0.0
         # Then below the preferred size, widest first, if the wait saved pays for it (no
         # waiting job waits for a resize interval to pass).
+        if not take:
+            return self._widest_plan(lack, size, now)
         donors = self._by_width if not take else \
             sorted(ready, key=lambda r: (-(size[r.job_id] - take.get(r.job_id, 0)), r.job_id))
         extra: dict[int, int] = {}
@@ -186,21 +196,49 @@ class Payoff:
                 break
         if lack > 0:
             return None
-        cost = 0.0
-        for j, n in extra.items():
-            r = views[j]
-            delay = self._delay(r, size[j] - take.get(j, 0), n, now)
-            cost += delay / max(self._runtime(r, now), BSLD_TAU)
+        cost = sum(self._cost_of(views[j], size[j] - take.get(j, 0), n, now) for j, n in extra.items())
         return take, extra, cost
+
+    def _widest_plan(self, lack: int, size: dict[int, int],
+                     now: float) -> tuple[dict[int, int], dict[int, int], float] | None:
+        """_room_plan's walk when no loan is taken back: the widest jobs down to their
+        minimums, read off running sums (plans for dozens of lacks share their donors)."""
+        rooms = self._width_rooms
+        k = bisect.bisect_left(rooms, lack)
+        if k == len(rooms):
+            return None
+        donors = self._by_width
+        full = self._width_costs
+        while len(full) <= k:  # the cost of taking every donor before k down to its minimum
+            r = donors[len(full) - 1]
+            full.append(full[-1] + self._cost_of(r, size[r.job_id], size[r.job_id] - r.min_nodes, now))
+        last = donors[k]
+        n = lack - (rooms[k - 1] if k else 0)
+        extra = {r.job_id: size[r.job_id] - r.min_nodes for r in donors[:k]}
+        extra[last.job_id] = n
+        return {}, extra, full[k] + self._cost_of(last, size[last.job_id], n, now)
+
+    def _cost_of(self, r: RunningView, have: int, n: int, now: float) -> float:
+        """What taking n of the job's `have` nodes costs it, in slowdown (memoized per pass)."""
+        key = (r.job_id, have, n)
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = self._delay(r, have, n, now) / max(self._runtime(r, now), BSLD_TAU)
+        return c
 
     def _orders_for(self, ready: list[RunningView], size: dict[int, int]) -> None:
         """The orders `_make_room` walks the ready jobs in, and what they could give at most:
         they change only when a waiting job was given room, not once per waiting job (a
         queue of 10,000 jobs would sort them 20,000 times a pass)."""
-        # Only the jobs holding loans (above their preferred size) can give one back.
-        self._by_loan = sorted((r for r in ready if size[r.job_id] > max(r.preferred, r.min_nodes)),
-                               key=lambda r: (r.preferred - size[r.job_id], r.job_id))
-        self._by_width = sorted(ready, key=lambda r: (-size[r.job_id], r.job_id))
+        # Only the jobs holding loans (above their preferred size) can give one back: (job,
+        # nodes lent), the largest loan first.
+        by_loan = sorted((r for r in ready if size[r.job_id] > max(r.preferred, r.min_nodes)),
+                         key=lambda r: (r.preferred - size[r.job_id], r.job_id))
+        self._loans = [(r.job_id, size[r.job_id] - max(r.preferred, r.min_nodes)) for r in by_loan]
+        self._by_width = sorted((r for r in ready if size[r.job_id] > r.min_nodes),
+                                key=lambda r: (-size[r.job_id], r.job_id))
+        self._width_rooms = list(itertools.accumulate(size[r.job_id] - r.min_nodes for r in self._by_width))
+        self._width_costs = [0.0]
         self._capacity = sum(max(0, size[r.job_id] - r.min_nodes) for r in ready)
         self._plans = {}
 
@@ -220,19 +258,19 @@ class Payoff:
         each time they come back (a pass asks for dozens of sizes)."""
         steps = self._steps
         if steps is None:
-            steps = self._steps = []
             avail = snap.free_nodes + snap.incoming_nodes
-            coming = sorted((r.estimated_end, r.size - r.shrinking) for r in snap.running if not r.ending)
-            i, n = 0, len(coming)
-            steps.append((now, avail))
-            while i < n:
-                t = max(coming[i][0], now)
-                while i < n and coming[i][0] <= t:
-                    avail += coming[i][1]
-                    i += 1
-                steps.append((t, avail))
-        k = bisect.bisect_left(steps, need, key=lambda s: s[1])
-        return steps[k][0] if k < len(steps) else math.inf
+            times, avails = [now], [avail]
+            for end, n in sorted((r.estimated_end, r.size - r.shrinking) for r in snap.running if not r.ending):
+                avail += n
+                if end <= times[-1]:  # overdue jobs count as ending now, all together
+                    avails[-1] = avail
+                else:
+                    times.append(end)
+                    avails.append(avail)
+            steps = self._steps = (times, avails)
+        times, avails = steps
+        k = bisect.bisect_left(avails, need)
+        return times[k] if k < len(times) else math.inf
 
     def _delay(self, r: RunningView, n: int, k: int, now: float) -> float:
         """How much later job r ends if it goes from n to n - k nodes now (plus the order)."""

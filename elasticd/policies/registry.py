@@ -75,6 +75,8 @@ PAYOFF_PARAMS = (
           "in the simulator, whose application answers at once)", low=0.0),
     Param("start", str, "preferred", "a malleable job starts on up to its preferred size, on its minimum, or "
           "(adaptive) on its minimum while other jobs wait", choices=("preferred", "minimum", "adaptive")),
+    Param("max_job_test", int, 500, "queued jobs room is looked for per pass, as Slurm's bf_max_job_test",
+          low=1),
     RESIZE_INTERVAL,
 )
 
