@@ -71,6 +71,13 @@ def test_tiny_real_grid_runs_end_to_end_and_its_report_is_consistent(tmp_path: P
         grows = sum(1 for j in run["queue"]["jobs"] for e in j["events"] if e["event"] == "grown")
         assert row["expands_per_job"] == pytest.approx(grows / 10)
     assert "simulator vs real, per run" in r.stdout
+    # The README table, written by the run itself: each cell's mean (min-max) over its one batch.
+    table = (out / "README.md").read_text()
+    assert table.startswith(f"# {out.name}\n\n<!-- BEGIN {out.name} -->\n| policy | malleable | makespan (s) |")
+    line = next(ln for ln in table.splitlines() if ln.startswith("| malleable | 100 % | "))
+    makespan = next(row["makespan"] for row in doc["rows"] if row["policy"] == "malleable" and row["fraction"] == 1)
+    assert line.split(" | ")[2] == f"{makespan:.1f} ({makespan:.1f}-{makespan:.1f})"
+    assert f"by `elasticd experiment --out {out} --report-only`." in table
     rep = subprocess.run([str(BIN / "elasticd"), "report", str(out)], check=False, capture_output=True, text=True, timeout=60)
     assert rep.returncode == 0, rep.stderr
     assert "vs best rigid" in rep.stdout

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from elasticd.cli.sim_cmd import _fractions
 from elasticd.errors import ElasticError, MissingExtra
@@ -39,9 +39,15 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     e.add_argument("--min-resize-interval", type=float, default=2.0, metavar="S",
                    help="least seconds between two resizes of one job (default 2: runs are short)")
     e.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="where results.json, the runs and the plots go")
-    e.add_argument("--replay", action="store_true",
-                   help="run nothing: re-simulate the real runs already in --out and rewrite its results")
+                   help="where results.json, the runs, the plots and README.md's table go")
+    only = e.add_mutually_exclusive_group()
+    only.add_argument("--replay", action="store_true",
+                      help="run nothing: re-simulate the real runs already in --out and rewrite its results")
+    only.add_argument("--report-only", action="store_true",
+                      help="run nothing: rewrite the table in DIR/README.md from DIR/results.json")
+    e.add_argument("--readme", type=Path, default=None, metavar="README.md",
+                   help="also rewrite this README's <!-- BEGIN NAME --> section with the table, NAME being DIR's "
+                   "folder name")
     e.set_defaults(func=cmd_experiment)
 
     r = sub.add_parser("report", help="metrics and PNG plots of a finished run, experiment or simulation")
@@ -63,17 +69,22 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from elasticd.experiments.report import print_experiment
     from elasticd.experiments.runner import Settings, replay_experiment, run_experiment
 
-    if args.replay:
-        s = Settings(min_resize_interval=args.min_resize_interval)
-        print_experiment([asdict(r) for r in replay_experiment(args.out, s)])
+    if args.replay or args.report_only:
+        if not (args.out / "results.json").exists():
+            raise ElasticError(f"{args.out}: no results.json (not an experiment folder)")
+        if args.replay:
+            replay_experiment(args.out, Settings(min_resize_interval=args.min_resize_interval))
+        print_experiment(_write_table(args))
         return 0
     policies = args.policy or ["fcfs", "easy", "malleable"]
     fractions = _fractions(args.malleable)
+    if args.readme is not None:
+        from elasticd.experiments.report import check_readme
+
+        check_readme(args.out, args.readme)  # now, not after the runs
     s = Settings(nodes=args.nodes, time_scale=args.time_scale, jobs=args.jobs, min_resize_interval=args.min_resize_interval)
     start = time.monotonic()
 
@@ -84,12 +95,26 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     run_experiment(args.out, policies, fractions, list(range(1, args.batches + 1)), s, args.parallel, progress)
-    import json
-
-    rows = json.loads((args.out / "results.json").read_text())["rows"]
+    rows = _write_table(args)
     print_experiment(rows)
-    print(f"results in {args.out}; plots with: elasticd report {args.out}")
+    print(f"results in {args.out}, table in {args.out / 'README.md'}; plots with: elasticd report {args.out}")
     return 0 if all(r["completed"] == r["jobs"] for r in rows) else 2
+
+
+def _write_table(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows of DIR/results.json (every cell the folder holds), after writing their table
+    into DIR/README.md and --readme, with the command that writes it again from them."""
+    import json
+    import shlex
+
+    from elasticd.experiments.report import write_experiment_table
+
+    rows: list[dict[str, Any]] = json.loads((args.out / "results.json").read_text())["rows"]
+    command = f"elasticd experiment --out {shlex.quote(str(args.out))} --report-only"
+    if args.readme is not None:
+        command += f" --readme {shlex.quote(str(args.readme))}"
+    write_experiment_table(args.out, rows, command, args.readme)
+    return rows
 
 
 def cmd_report(args: argparse.Namespace) -> int:
