@@ -9,8 +9,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import BIN
-from elasticd.experiments.report import write_experiment_table
+from elasticd.experiments.report import experiment_table, write_experiment_table
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def row(policy: str, fraction: float, batch: int, makespan: float, **more: float) -> dict[str, Any]:
@@ -100,3 +104,15 @@ def test_experiment_refuses_a_folder_without_results_or_a_readme_without_the_sec
     r = elasticd("experiment", "--out", str(fresh), "--readme", str(tmp_path / "TOP.md"))
     assert r.returncode == 1 and "no <!-- BEGIN fresh -->" in r.stderr and not fresh.exists()
 
+
+@pytest.mark.parametrize(("folder", "readme"), [("real-grid", "README.md"), ("real-grid-payoff", None)])
+def test_the_committed_real_grid_tables_are_what_the_experiment_writes_from_their_results(
+        folder: str, readme: str | None) -> None:
+    out = ROOT / "docs" / "results" / folder
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    command = f"elasticd experiment --out docs/results/{folder} --report-only" + (f" --readme {readme}" if readme else "")
+    expected = experiment_table(rows, command)
+    hint = f"regenerate it: {command}"
+    assert section((out / "README.md").read_text(), folder) == expected, hint
+    if readme is not None:
+        assert section((ROOT / readme).read_text(), folder) == expected, hint
