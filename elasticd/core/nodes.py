@@ -194,13 +194,21 @@ class NodeTable:
         """Lowest-numbered free nodes first, so placements are reproducible run to run."""
         if count > self._free_count:
             raise InvalidTransition(f"job {job_id}: {count} nodes asked, {self._free_count} free")
+        runs = self._free.take_lowest(count)
         held = self._held.get(job_id)
-        if held is None:
+        if held is None:  # a job's first nodes: the runs taken are its intervals as they are
             held = self._held[job_id] = Intervals()
+            held.starts = [s for s, _ in runs]
+            held.ends = [e for _, e in runs]
+            runs_to_add: list[tuple[int, int]] = []
+        else:
+            runs_to_add = runs
         chosen: list[str] = []
-        for s, e in self._free.take_lowest(count):
-            self._owner[s:e] = [job_id] * (e - s)
-            chosen.extend(self.names[s:e])
+        owner, names = self._owner, self.names
+        for s, e in runs:
+            owner[s:e] = [job_id] * (e - s)
+            chosen.extend(names[s:e])
+        for s, e in runs_to_add:
             held.add(s, e)
         self._free_count -= count
         return chosen

@@ -80,6 +80,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Protocol
 
 from elastic_protocol.jobspec import JobKind
 from elasticd.policies.base import (
@@ -106,6 +107,12 @@ class _Mate:
     base: float  # its predicted slowdown now: a lower bound of its penalty as a mate
     lend: int  # the most nodes it may lend
     end: float  # its predicted end if nobody borrows from it
+
+
+class _Search(Protocol):
+    """_pick_mates' depth-first search over mate sets, handed itself to recurse."""
+
+    def __call__(self, start: int, chosen: list[_Mate], bound: float, again: _Search) -> None: ...
 
 
 # A set of mates: its members, the nodes it can lend, the earliest predicted end among them,
@@ -767,7 +774,10 @@ class SdPolicy:
             if best is None or (total, -n_new, ids) < (best[0], -best[1], best[2]):
                 best = (total, n_new, ids, lent)
 
-        def search(start: int, chosen: list[_Mate], bound: float) -> None:
+        # search is handed itself rather than calling itself by name: a nested function
+        # naming itself is held by its own closure cell, a reference cycle per pass (with
+        # everything this frame's closures hold) left for the cycle collector.
+        def search(start: int, chosen: list[_Mate], bound: float, again: _Search) -> None:
             for i in range(start, len(cands)):
                 m = cands[i]
                 if best is not None and bound + m.base >= best[0]:
@@ -775,10 +785,10 @@ class SdPolicy:
                 chosen.append(m)
                 evaluate(chosen)
                 if len(chosen) < self.max_mates:
-                    search(i + 1, chosen, bound + m.base)
+                    again(i + 1, chosen, bound + m.base, again)
                 chosen.pop()
 
-        search(0, [], 0.0)
+        search(0, [], 0.0, search)
         if best is None:
             return None
         return best[1], best[3]
