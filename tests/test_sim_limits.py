@@ -108,3 +108,35 @@ def test_predicting_policies_see_each_jobs_own_model(policy: str) -> None:
         assert text == by_core_id[jid].speedup.text
     assert len({t for t in watched.seen.values()}) > 50  # each its own, not one default
     assert not math.isnan(sum(by_core_id[j].work for j in watched.seen))
+
+
+MALLEABLE = '''
+name = "grows"
+command = ["{python}", "-m", "elastic_apps.synthetic", "--work", "6", "--speedup", "linear"]
+nodes = {{ min = 1, max = 4 }}
+kind = "malleable"
+time_limit = "1:00"
+working_dir = "."
+output = "grows-%j.out"
+model = {{ speedup = "linear", work = 6 }}
+'''
+
+
+def test_idle_nodes_go_to_a_malleable_job_when_it_registers_in_the_simulator_as_in_the_daemon(
+        tmp_path: Path) -> None:
+    # minAgree starts a malleable job on its minimum and gives it the idle nodes once it can
+    # take an order: in the daemon, when it registers (a pass follows every registration);
+    # in the simulator, where it registers as it starts, at that same instant -- not at the
+    # next event, which on a quiet trace can be hours later.
+    path = write_job(tmp_path, "grows", MALLEABLE.format(python=sys.executable))
+    [out] = simulate(from_specs([load_job_file(path)]), 4, make_policy("malleable"))
+    assert out.sizes[:3] == ((0.0, 1), (0.0, 4), (0.0, 4))  # started, grow ordered, grown
+    assert out.end == pytest.approx(6 / 4)
+    d = start_daemon(tmp_path / "state", nodes=4, policy="malleable")
+    try:
+        job = d.submit(path)
+        info = d.wait_event(job, "grown", timeout=30)
+    finally:
+        stop_daemon(d.record)
+    grown = next(e for e in info["events"] if e["event"] == "grown")
+    assert grown["nodes"] == 4

@@ -5,7 +5,9 @@ every order at once (releasing its last hosts on a shrink), and its processes ar
 moment it says so. Reconfiguration cost is charged to the job's progress (WorkProgress),
 not to the scheduler. Events at one instant are applied together, then the policy is asked
 once; a pass that resized jobs is followed by another at the same instant (nodes freed by a
-shrink start the waiting job), and by a wake-up when the policy's resize interval passes.
+shrink start the waiting job), and by a wake-up when the policy's resize interval passes; so
+is a pass that started a malleable job, which registers at once (the daemon asks its policy
+again whenever a job registers: idle nodes may go to it).
 An instant where nothing happened (only the stale end of a job that was resized since, or
 a limit armed before a resize moved it) is no instant at all: the daemon never has one.
 
@@ -180,9 +182,10 @@ class Simulation:
         return self._outcomes()
 
     def _apply(self, actions: list[Action], now: float) -> bool:
-        """Carry actions out instantly; True if a resize happened (worth another pass)."""
+        """Carry actions out instantly; True if another pass is due at this instant (a
+        shrink freed nodes, or a malleable job registered)."""
         core = self.core
-        resized = False
+        again = False
         for a in actions:
             if isinstance(a, Launch):
                 j = self._sim_of[a.job_id]
@@ -194,6 +197,9 @@ class Simulation:
                 core.handle(ev.Launched(now, a.job_id))
                 if j.malleable:
                     core.handle(ev.Registered(now, a.job_id))
+                    # The daemon asks its policy again when a job registers (idle nodes
+                    # can go to it now): so does the simulator, at the same instant.
+                    again = True
                 self._reschedule_end(a.job_id, now)
             elif isinstance(a, SendOrder):
                 job = core.jobs[a.job_id]
@@ -211,24 +217,24 @@ class Simulation:
                     self._progress[a.job_id].resize(len(job.hosts), now + delay)
                 self._reschedule_end(a.job_id, now)
                 # Only nodes freed by a shrink can start something in another pass now.
-                resized = resized or a.kind is OrderKind.SHRINK
+                again = again or a.kind is OrderKind.SHRINK
                 self.resizes += 1
             elif isinstance(a, Reclaim):
                 self._apply(core.handle(ev.HostsGone(now, a.job_id, a.hosts)), now)
-                resized = True
+                again = True
             elif isinstance(a, Terminate):
                 # SIGTERM: the simulated processes are gone at once.
                 core.handle(ev.Exited(now, a.job_id, None, 15))
                 self._progress.pop(a.job_id, None)
                 self._version[a.job_id] = self._version.get(a.job_id, 0) + 1
-                resized = True
+                again = True
             elif isinstance(a, LaunchJoining):
                 pass  # the simulated application's new processes are up at once
             elif isinstance(a, ArmLimit):
                 v = self._limit_version.get(a.job_id, 0) + 1
                 self._limit_version[a.job_id] = v
                 self._push(a.at, _LIMIT, a.job_id, v)
-        return resized
+        return again
 
     def _reschedule_end(self, job_id: int, now: float) -> None:
         v = self._version.get(job_id, 0) + 1
