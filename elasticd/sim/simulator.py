@@ -37,7 +37,7 @@ from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob
 
-_SUBMIT, _END, _WAKE, _LIMIT = 0, 1, 2, 3
+_SUBMIT, _END, _WAKE, _LIMIT, _REGISTER = 0, 1, 2, 3, 4
 MAX_PASSES_PER_INSTANT = 8
 LIMIT_TIE = 1e-6
 _NO_FULL_COLLECTIONS = 1_000_000_000  # gc threshold2 during a run: see Simulation.run
@@ -159,6 +159,10 @@ class Simulation:
                         core.handle(ev.Exited(now, a, 0, 0))
                         self._progress.pop(a, None)
                         happened = True
+                elif kind == _REGISTER:
+                    if core.jobs[a].state.holds_nodes:
+                        core.handle(ev.Registered(now, a))
+                        happened = True
                 elif kind == _LIMIT:
                     if self._limit_version.get(a) == b:
                         limits.append(a)
@@ -196,10 +200,14 @@ class Simulation:
                 self._progress[a.job_id] = p
                 core.handle(ev.Launched(now, a.job_id))
                 if j.malleable:
-                    core.handle(ev.Registered(now, a.job_id))
-                    # The daemon asks its policy again when a job registers (idle nodes
-                    # can go to it now): so does the simulator, at the same instant.
-                    again = True
+                    # It registers once started (at once for a trace job; after its measured
+                    # start-up for a replayed one), and the daemon asks its policy again when a
+                    # job registers (idle nodes can go to it): so does the simulator.
+                    if p.frozen_until > now:
+                        self._push(p.frozen_until, _REGISTER, a.job_id)
+                    else:
+                        core.handle(ev.Registered(now, a.job_id))
+                        again = True
                 self._reschedule_end(a.job_id, now)
             elif isinstance(a, SendOrder):
                 job = core.jobs[a.job_id]
