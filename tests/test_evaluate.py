@@ -49,3 +49,21 @@ def test_evaluate_writes_the_report_csv_and_readme_table_with_spread_and_resumes
     assert again.returncode == 0, again.stderr
     assert len((out / "runs.jsonl").read_text().splitlines()) == 8
     assert (out / "REPORT.md").read_text() == report
+
+
+def test_the_report_checks_payoff_against_its_targets_and_says_which_cannot_be_met() -> None:
+    from elasticd.experiments.evaluate import Cell, target_lines
+
+    def cell(policy: str, fraction: float, tat: tuple[float, float, float], bsld: float) -> Cell:
+        return Cell(policy, fraction, 10, {"mean_turnaround": (*tat, 0.0), "mean_bounded_slowdown": (bsld, bsld, bsld, 0.0)})
+
+    easy = cell("easy", 0.0, (100.0, 100.0, 100.0), 4.0)
+    cs = [easy, cell("payoff", 0.0, (100.0, 100.0, 100.0), 4.0),
+          cell("min", 0.5, (80.0, 70.0, 90.0), 2.0), cell("payoff", 0.5, (70.0, 60.0, 80.0), 1.5),
+          cell("pref", 1.0, (60.0, 55.0, 65.0), 1.05), cell("payoff", 1.0, (50.0, 40.0, 90.0), 1.02)]
+    text = "\n".join(target_lines(cs, easy))
+    assert "| 0 % | +0.0 % | +0.0 % | — | 1.00 | yes |" in text
+    assert "| 50 % | -30.0 % | -62.5 % | -25.0 % (min 2.000) | 1.14 | yes |" in text
+    # 10 % below pref's 1.05 is below 1, which no schedule reaches; and the worst seed is 1.8x the mean.
+    assert "| 100 % | -50.0 % | -74.5 % | -2.9 % (pref 1.050): unattainable, below 1 | 1.80 | no |" in text
+    assert "9 of 11 target checks met" in text

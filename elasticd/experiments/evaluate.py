@@ -145,7 +145,9 @@ def cells(results: Results, trace: str, policies: Iterable[str], fractions: Iter
         for f in fractions:
             rows = results.of(trace, p, f)
             if rows:
-                yield Cell(p, f, len(rows), {m: _stats([float(r[m]) for r in rows]) for m in METRICS})
+                stats = {m: _stats([float(r[m]) for r in rows]) for m in METRICS}
+                stats["resizes_per_job"] = _stats([float(r["shrinks_per_job"]) + float(r["expands_per_job"]) for r in rows])
+                yield Cell(p, f, len(rows), stats)
 
 
 def why_worse(cell: Cell, easy: Cell) -> str:
@@ -226,11 +228,15 @@ def report(out: Path, traces: list[str], results: Results, policies: list[str], 
             tat, bsld = c.stats["mean_turnaround"], c.stats["mean_bounded_slowdown"]
             d_tat = 100 * (tat[0] / easy.mean("mean_turnaround") - 1)
             d_bsld = 100 * (bsld[0] / easy.mean("mean_bounded_slowdown") - 1)
+            wait, util, tout = c.stats["mean_wait"], c.stats["utilization"], c.stats["timeouts"]
+            resizes = c.stats["resizes_per_job"]
             lines.append(
                 f"| {c.policy} | {100 * c.fraction:.0f} % | {tat[0]:.0f} [{tat[1]:.0f}..{tat[2]:.0f}] | {d_tat:+.1f} % | "
-                f"{bsld[0]:.2f} [{bsld[1]:.2f}..{bsld[2]:.2f}] | {d_bsld:+.1f} % | {c.mean('mean_wait'):.0f} | "
-                f"{100 * c.mean('utilization'):.1f} % | {100 * c.mean('timeouts'):.2f} % | "
-                f"{c.mean('shrinks_per_job') + c.mean('expands_per_job'):.2f} | {c.seeds} |")
+                f"{bsld[0]:.2f} [{bsld[1]:.2f}..{bsld[2]:.2f}] | {d_bsld:+.1f} % | "
+                f"{wait[0]:.0f} [{wait[1]:.0f}..{wait[2]:.0f}] | "
+                f"{100 * util[0]:.1f} [{100 * util[1]:.1f}..{100 * util[2]:.1f}] % | "
+                f"{100 * tout[0]:.2f} [{100 * tout[1]:.2f}..{100 * tout[2]:.2f}] % | "
+                f"{resizes[0]:.2f} [{resizes[1]:.2f}..{resizes[2]:.2f}] | {c.seeds} |")
             if c.fraction > 0 and (d_tat > 0.05 or d_bsld > 0.05):
                 worse.append(f"- {c.policy} at {100 * c.fraction:.0f} %: turnaround {d_tat:+.1f} %, bounded "
                              f"slowdown {d_bsld:+.1f} %: {why_worse(c, easy)}.")
