@@ -235,9 +235,9 @@ def test_a_trace_whose_jobs_count_processors_is_read_in_nodes_from_its_header(tm
 
 def test_a_reading_that_makes_many_jobs_wider_than_the_machine_is_an_error_naming_the_options(tmp_path: Path) -> None:
     rows = [row(i, i, 50, 16 if i % 2 else 2, 60) for i in range(1, 41)]
-    path = swf(tmp_path, rows, header="; MaxNodes: 4\n; MaxProcs: 16\n")
+    path = swf(tmp_path, rows, header="; MaxNodes: 4\n")  # no MaxProcs: sizes taken for nodes
     with pytest.raises(TraceError, match=r"20 of 40 jobs are wider than the machine read as 4 nodes.*--cores-per-node.*--nodes"):
-        read_swf(path, nodes=4)  # the header's MaxNodes, sizes taken for nodes
+        read_swf(path)
     assert read_swf(path, cores_per_node=4).nodes == 4  # what the error suggests works
 
 
