@@ -265,6 +265,17 @@ def test_jobs_of_several_partitions_are_said_to_share_one_machine(tmp_path: Path
 
 
 # ---- the commands ------------------------------------------------------------------------------
+def test_sim_strict_makes_a_malformed_line_an_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, [*BASE, "41 nan -1 100 1 -1 -1 1 200 -1 1 1 1 -1 -1 -1 -1 -1"])
+    code, _, err = sim_cli(path, "--strict", capsys=capsys)
+    assert code == 1 and f"{path}:43: malformed SWF line" in err
+
+
+def test_sim_says_when_the_trace_is_shorter_than_the_warm_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = sim_cli(write(tmp_path, BASE), "--warmup", "43200", capsys=capsys)
+    assert code == 0 and "shorter than the 12.0 h warm-up: every job is measured" in out
+
+
 def test_sim_with_parallel_workers_on_a_quirky_trace_as_a_user_runs_it(tmp_path: Path) -> None:
     rows = [*reversed(BASE), BASE[3], row(41, 500, 0, 2), row(42, 510, 50, 16), row(43, 520, 300, 1, 100)]
     path = tmp_path / "quirky.swf.gz"

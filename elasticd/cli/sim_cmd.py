@@ -84,12 +84,15 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.trace is None:
         raise ElasticError("give a trace (TRACE.swf) or --from-log STATE_DIR")
     from elastic_protocol.models import ReconfigCost
-    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress
+    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress, warmup_note
     from elasticd.sim.workload import MalleabilityRule
 
-    source = TraceSource(args.trace, args.nodes, args.cores_per_node)
+    source = TraceSource(args.trace, args.nodes, args.cores_per_node, strict=args.strict)
     trace = source.load()
     print(trace.report())
+    note = warmup_note(trace, args.warmup)
+    if note:
+        print(note)
     lo, hi = _range(args.efficiency)
     try:
         rule = MalleabilityRule(args.rule, args.model, lo, hi, cost=ReconfigCost(args.alpha, args.beta, args.b))

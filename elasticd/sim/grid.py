@@ -44,13 +44,24 @@ class TraceSource:
     nodes: int | None = None
     cores_per_node: int | None = None
     max_jobs: int | None = None  # only the first jobs (by submit time): a quicker, stated, subset
+    strict: bool = False  # a malformed line is an error naming it, not a counted drop
 
     def load(self) -> Trace:
-        trace = read_swf(self.path, self.nodes, self.cores_per_node)
+        trace = read_swf(self.path, self.nodes, self.cores_per_node, self.strict)
         if self.max_jobs is not None and len(trace.jobs) > self.max_jobs:
             trace.jobs = trace.jobs[: self.max_jobs]
             trace.name += f" (first {self.max_jobs} jobs)"
         return trace
+
+
+def warmup_note(trace: Trace, warmup: float) -> str | None:
+    """One line when the warm-up excludes nothing: submissions that span no more than it are
+    all measured (elasticd.metrics.windowed_summary), which a user should know."""
+    span = trace.jobs[-1].submit - trace.jobs[0].submit if trace.jobs else 0.0
+    if warmup > 0 and span <= warmup:
+        return (f"{trace.name}: its submissions span {span / 3600:.1f} h, shorter than the {warmup / 3600:.1f} h "
+                "warm-up: every job is measured (no warm-up)")
+    return None
 
 
 @dataclass(frozen=True)
