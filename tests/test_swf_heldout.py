@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import json
 import subprocess
 from pathlib import Path
 
@@ -274,6 +275,42 @@ def test_sim_strict_makes_a_malformed_line_an_error_naming_it(tmp_path: Path, ca
 def test_sim_says_when_the_trace_is_shorter_than_the_warm_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = sim_cli(write(tmp_path, BASE), "--warmup", "43200", capsys=capsys)
     assert code == 0 and "shorter than the 12.0 h warm-up: every job is measured" in out
+
+
+def evaluate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "elasticd"), "evaluate", "--policy", "easy", "--malleable", "0,100", "--seeds", "2",
+                           "--workers", "2", "--warmup", "0", "--out", str(tmp_path / "ev"), *args],
+                          check=False, capture_output=True, text=True, timeout=50)
+
+
+def test_evaluate_refuses_an_unreadable_trace_before_any_run_in_one_line(tmp_path: Path) -> None:
+    good, bad = write(tmp_path, BASE, name="good.swf"), write(tmp_path, BASE, "; MaxNodes: -1\n", name="bad.swf")
+    r = evaluate(tmp_path, str(good), str(bad))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{bad}: " in r.stderr and "--nodes" in r.stderr
+    assert not (tmp_path / "ev" / "runs.jsonl").exists()
+
+
+def test_evaluate_takes_the_units_options_the_reader_asks_for(tmp_path: Path) -> None:
+    wide = [row(i, 10 * i, 100, 4 * (1 + i % 4)) for i in range(1, 41)]  # processors, 4 per node
+    path = write(tmp_path, wide, "; MaxNodes: 4\n")
+    r = evaluate(tmp_path, str(path))
+    assert r.returncode == 1 and "--cores-per-node" in r.stderr and "Traceback" not in r.stderr
+    r = evaluate(tmp_path, str(path), "--cores-per-node", "4")
+    assert r.returncode == 0, r.stderr
+    assert "40 jobs kept on 4 nodes (4 processor(s) per node as given" in r.stdout
+    assert len((tmp_path / "ev" / "runs.jsonl").read_text().splitlines()) == 4
+    assert json.loads((tmp_path / "ev" / "runs.jsonl").read_text().splitlines()[0])["trace"] == "t"
+
+
+def test_evaluate_refuses_two_traces_of_one_name_and_no_jobs(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = write(tmp_path / "a", BASE), write(tmp_path / "b", BASE)
+    r = evaluate(tmp_path, str(a), str(b))
+    assert r.returncode == 1 and "both named t" in r.stderr
+    r = evaluate(tmp_path, str(a), "--max-jobs", "0")
+    assert r.returncode == 1 and "--max-jobs must be at least 1" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_sim_with_parallel_workers_on_a_quirky_trace_as_a_user_runs_it(tmp_path: Path) -> None:

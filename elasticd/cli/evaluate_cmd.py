@@ -33,6 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--seeds", type=int, default=10, metavar="K", help="seeds per cell (default 10)")
     e.add_argument("--max-jobs", type=int, default=None, metavar="N",
                    help="only each trace's first N jobs (stated in the report)")
+    e.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="machine size of every TRACE named (default: from each trace's header)")
+    e.add_argument("--cores-per-node", type=int, default=None, metavar="C",
+                   help="processors per node of every TRACE named, to turn logged processors into nodes "
+                   "(default: from each header's MaxProcs / MaxNodes when both are there, else 1)")
+    e.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
     e.add_argument("--warmup", type=float, default=43200.0, metavar="S", help="seconds excluded at the start (12 h)")
     e.add_argument("--workers", type=int, default=None, help="parallel runs (default: all cores)")
     e.add_argument("--resume", action="store_true", help="keep the runs already in OUT/runs.jsonl")
@@ -43,13 +49,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from elasticd.experiments import evaluate as ev
-    from elasticd.sim.grid import TraceSource, text_progress
+    from elasticd.sim.grid import TraceSource, text_progress, warmup_note
     from elasticd.sim.workload import MalleabilityRule
 
+    if not args.traces and (args.nodes is not None or args.cores_per_node is not None):
+        raise ElasticError("--nodes and --cores-per-node apply to every TRACE named: name the traces they describe")
+    if args.max_jobs is not None and args.max_jobs < 1:
+        raise ElasticError("--max-jobs must be at least 1")
     paths = args.traces or sorted(DEFAULT_TRACES.glob("*.swf.gz"))
     if not paths:
         raise ElasticError(f"no traces given and none in {DEFAULT_TRACES} (run from the repository, or name them)")
-    sources = {p.name.split(".swf")[0]: TraceSource(p, max_jobs=args.max_jobs) for p in paths}
+    sources: dict[str, TraceSource] = {}
+    for p in paths:
+        name = p.name.split(".swf")[0]
+        if name in sources:
+            raise ElasticError(f"{sources[name].path} and {p} are both named {name} in the report: rename one")
+        sources[name] = TraceSource(p, args.nodes, args.cores_per_node, args.max_jobs, args.strict)
+    # Every trace read here first: one that cannot be used is refused before any run (in a
+    # worker process, its error was a broken pool and a traceback), and each says what it is.
+    for src in sources.values():
+        trace = src.load()
+        print(trace.report())
+        note = warmup_note(trace, args.warmup)
+        if note:
+            print(note)
     policies = args.policy or list(ev.DEFAULT_POLICIES)
     if "easy" not in policies:
         policies = ["easy", *policies]  # the reference of every comparison
@@ -73,8 +96,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         elif not a.startswith("--workers="):
             shown.append(a)
     command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in shown)
-    for src in sources.values():
-        print(src.load().report())
     desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds; "
             "efficiency rule, Amdahl speedups from an efficiency of 0.6-0.95 at each job's logged size, "
             "0.375 s reconfiguration per node changed" + (f"; first {args.max_jobs} jobs of each trace"

@@ -338,6 +338,7 @@ def _machine(path: Path, nodes: int | None, cores_per_node: int | None,
         nodes = max_nodes or (max_procs // cpn if max_procs else None)
     if not nodes:
         has = "; it has " + ", ".join(f"{k}: {v}" for k, v in header.items()) if header else ""
-        raise TraceError(f"{path}: no capacity in the header (; MaxNodes: / ; MaxProcs:{has}): give --nodes N (the "
-                         "machine's nodes) and, if field 5 counts processors of several per node, --cores-per-node C")
+        raise TraceError(f"{path}: no capacity in the header (neither '; MaxNodes:' nor '; MaxProcs:' gives a size{has}): "
+                         "give --nodes N (the machine's nodes) and, if field 5 counts processors of several per node, "
+                         "--cores-per-node C")
     return nodes, cpn, units
