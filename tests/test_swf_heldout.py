@@ -326,3 +326,36 @@ def test_sim_with_parallel_workers_on_a_quirky_trace_as_a_user_runs_it(tmp_path:
     for said in ("1 duplicate of an earlier line", "1 wider than the machine", "1 zero or unknown run time",
                  "1 ran past its requested time", "out of submit order"):
         assert said in first, said
+
+
+# ---- limits the scheduler can take -------------------------------------------------------------
+YEAR = 365 * 86400
+LONG = [row(41, 500, 5000, 4, 2**31 - 1), row(42, 510, 300 * 86400, 4, -1), row(43, 520, 400 * 86400, 1),
+        row(44, 530, 300 * 86400, 4, 360 * 86400)]
+
+
+def test_a_limit_beyond_a_year_is_counted_and_kept_as_logged(tmp_path: Path) -> None:
+    """Some logs write 'no limit' as a huge requested time (2^31 - 1 s); a job file's limit is
+    at most 365 days (elastic_protocol.timefmt): the simulation failed with a traceback."""
+    t = read_swf(write(tmp_path, [*BASE, *LONG]))
+    assert len(t.jobs) == 44 and not t.dropped
+    by_id = {j.job_id: j.limit for j in t.jobs}
+    assert [by_id[41], by_id[42], by_id[43], by_id[44]] == [2**31 - 1, 375 * 86400, 400 * 86400, 360 * 86400]
+    assert t.adjusted["limit beyond 365 days (simulated without one)"] == 3
+
+
+@pytest.mark.parametrize("policy", ["easy", "conservative", "malleable", "min", "avg", "pref", "keeppref",
+                                    "mebf-basic-handoff", "mebf-basic-spare", "mebf-basic-intensive", "sd", "payoff"])
+def test_jobs_of_limits_near_and_beyond_a_year_run_to_their_end_under_every_policy(tmp_path: Path, policy: str) -> None:
+    """Beyond a year (logged, or scaled to a smaller preferred size), a job has no limit: it
+    runs its logged work and is never ended at a limit it was not given."""
+    t = read_swf(write(tmp_path, [*BASE, *LONG]))
+    for fraction in (0.0, 1.0):
+        out = simulate(build_workload(t, fraction, 1), t.nodes, make_policy(policy))
+        assert len(out) == 44 and not [o.job_id for o in out if o.state != "COMPLETED"]
+
+
+def test_sim_runs_a_trace_of_limits_beyond_a_year(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = sim_cli(write(tmp_path, [*BASE, *LONG]), "--policy", "malleable", capsys=capsys)
+    assert code == 0, err
+    assert "44 jobs kept on 8 nodes" in out and "3 limit beyond 365 days" in out

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange, PerfModel
 from elastic_protocol.models import WorkProgress
+from elastic_protocol.timefmt import MAX_TIME_LIMIT
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
@@ -72,7 +73,10 @@ def _spec(j: SimJob) -> JobSpec:
     scheduler knows a job's limit, not how long it will really run). Trace jobs were
     validated by the reader, so pydantic's validation is skipped; specs are frozen, so jobs
     alike share one."""
-    limit = math.ceil(j.limit_at_preferred)
+    seconds = math.ceil(j.limit_at_preferred)
+    # Beyond any job file's limit (a year; logs write 'none' as 2^31 - 1 s, and a limit scaled
+    # to a preferred size below the logged one grows): none, as UNLIMITED.
+    limit = None if seconds > MAX_TIME_LIMIT else seconds
     text = j.speedup.text if j.has_model else None
     key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit, text, j.cost)
     spec = _SPECS.get(key)
@@ -88,8 +92,8 @@ _TEMPLATE = JobSpec.model_construct(name="sim", command=["sim"], nodes=1, kind=J
 _MODEL = PerfModel.model_construct(speedup="linear", work=None, alpha=0.0, beta=0.0, b=0.0)
 
 
-def _make_spec(j: SimJob, limit: int, text: str | None) -> JobSpec:
-    tl = f"{limit // 60}:{limit % 60:02d}"
+def _make_spec(j: SimJob, limit: int | None, text: str | None) -> JobSpec:
+    tl = None if limit is None else f"{limit // 60}:{limit % 60:02d}"
     model = None if text is None else _MODEL.model_copy(
         update={"speedup": text, "alpha": j.cost.alpha, "beta": j.cost.beta, "b": j.cost.b})
     if j.malleable or j.moldable:

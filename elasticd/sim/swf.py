@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elastic_protocol.timefmt import MAX_TIME_LIMIT
 from elasticd.errors import ElasticError
 
 # 1-based SWF field numbers.
@@ -139,6 +140,10 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     `Trace.units`. Jobs wider than the machine are dropped and counted, unless they are more
     than 1 % of the trace and more than 10: that is a wrong reading and an error naming
     --cores-per-node and --nodes.
+
+    Limits: the requested time (field 9); when it is unknown or 0, 1.25 x the run time; never
+    below the run time. One beyond 365 days, a job file's longest, is counted: the simulator
+    gives that job no limit, as a job file's UNLIMITED (elasticd.sim.simulator).
 
     Lines: a job line has 18 fields; one of 11 to 17 is read with the rest unknown (-1), noted;
     fewer, or a field that is not a finite number, makes it malformed. An exact repeat of an
@@ -260,6 +265,8 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
             adjusted["ran past its requested time (limit = run)"] += 1
         else:
             limit = req
+        if limit > MAX_TIME_LIMIT:  # 'no limit' is often written 2^31 - 1 s
+            adjusted["limit beyond 365 days (simulated without one)"] += 1
         job_id = int(v[F_ID - 1])
         jobs.append(TraceJob(job_id, submit, run, n, limit))
         parts += partial
