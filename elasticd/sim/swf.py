@@ -35,6 +35,8 @@ MIN_FIELDS = 11
 # Status of one partial execution of a checkpointed or swapped job (2: to be continued, 3: the
 # last, completed, 4: the last, failed); the job as a whole is its line of status 0, 1 or 5.
 PARTIAL = (2.0, 3.0, 4.0)
+# The fields the reader uses, in the order it keeps them.
+_USED = (F_ID, F_SUBMIT, F_RUN, F_ALLOC, F_REQ_PROCS, F_REQ_TIME, F_STATUS, F_PARTITION)
 
 # Requested time when the log has none: 125 % of the run time, as the real-workloads paper.
 MISSING_LIMIT_FACTOR = 1.25
@@ -161,8 +163,10 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     if cores_per_node is not None and cores_per_node < 1:
         raise TraceError("--cores-per-node must be at least 1")
     header: dict[str, int] = {}
-    raw: list[tuple[int, tuple[float, ...]]] = []
-    seen: set[tuple[float, ...]] = set()
+    # Per job line, only the fields used (a log can have a million lines), and its text to
+    # find exact repeats.
+    raw: list[tuple[float, ...]] = []
+    seen: set[str] = set()
     dropped: Counter[str] = Counter()
     bad: list[int] = []
     first_bad = ""
@@ -208,12 +212,13 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
                     continue
                 short += len(fields) < FIELDS
                 long += len(fields) > FIELDS
-                key = tuple(values + [-1.0] * (FIELDS - len(values)))
-                if key in seen:
+                text = " ".join(fields)
+                if text in seen:
                     dropped["duplicate of an earlier line"] += 1
                     continue
-                seen.add(key)
-                raw.append((lineno, key))
+                seen.add(text)
+                values += [-1.0] * (FIELDS - len(values))
+                raw.append(tuple(values[i - 1] for i in _USED))
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
         where = f" after line {lineno}" if lineno else ""
         raise TraceError(f"{path}: cannot read{where}: {getattr(exc, 'strerror', None) or exc}") from None
@@ -226,7 +231,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     if long:
         notes.append(_plural(long, "line", "lines") + f" of more than {FIELDS} fields (the rest ignored)")
 
-    whole = {v[F_ID - 1] for _, v in raw if v[F_STATUS - 1] not in PARTIAL}
+    whole = {jid for jid, *_, status, _partition in raw if status not in PARTIAL}
     jobs: list[TraceJob] = []
     adjusted: Counter[str] = Counter()
     widest = 0
@@ -234,14 +239,12 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     latest = -math.inf
     ids: Counter[int] = Counter()
     partitions: set[float] = set()
-    for _lineno, v in raw:
-        partial = v[F_STATUS - 1] in PARTIAL
-        if partial and v[F_ID - 1] in whole:
+    for jid, submit, run, allocated, requested, req, status, partition in raw:
+        partial = status in PARTIAL
+        if partial and jid in whole:
             dropped["partial execution (status 2-4) of a job kept whole"] += 1
             continue
-        run = v[F_RUN - 1]
-        procs = v[F_ALLOC - 1] if v[F_ALLOC - 1] > 0 else v[F_REQ_PROCS - 1]
-        submit = v[F_SUBMIT - 1]
+        procs = allocated if allocated > 0 else requested
         if submit == -1:
             dropped["no submit time"] += 1
             continue
@@ -256,7 +259,6 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
             dropped["wider than the machine"] += 1
             widest = max(widest, int(procs))
             continue
-        req = v[F_REQ_TIME - 1]
         if req <= 0:
             limit = run * MISSING_LIMIT_FACTOR
             adjusted["no requested time (limit = 1.25 x run)"] += 1
@@ -267,7 +269,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
             limit = req
         if limit > MAX_TIME_LIMIT:  # 'no limit' is often written 2^31 - 1 s
             adjusted["limit beyond 365 days (simulated without one)"] += 1
-        job_id = int(v[F_ID - 1])
+        job_id = int(jid)
         jobs.append(TraceJob(job_id, submit, run, n, limit))
         parts += partial
         if not partial:
@@ -275,8 +277,8 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
         before_zero += submit < 0
         out_of_order += submit < latest
         latest = max(latest, submit)
-        if v[F_PARTITION - 1] > 0:
-            partitions.add(v[F_PARTITION - 1])
+        if partition > 0:
+            partitions.add(partition)
     wide = dropped["wider than the machine"]
     if wide > MAX_WIDE_JOBS and wide > MAX_WIDE_SHARE * (len(jobs) + wide):
         raise TraceError(
