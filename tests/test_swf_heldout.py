@@ -359,3 +359,15 @@ def test_sim_runs_a_trace_of_limits_beyond_a_year(tmp_path: Path, capsys: pytest
     code, out, err = sim_cli(write(tmp_path, [*BASE, *LONG]), "--policy", "malleable", capsys=capsys)
     assert code == 0, err
     assert "44 jobs kept on 8 nodes" in out and "3 limit beyond 365 days" in out
+
+
+def test_a_time_beyond_what_a_float_counts_in_seconds_is_a_malformed_line(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A run time of 1e308 s (no unknown is written so) overflowed to an infinite limit and an
+    OverflowError traceback."""
+    path = write(tmp_path, [*BASE, row(41, 500, 1e308, 2, -1), row(42, 1e20, 10, 1)])
+    t = read_swf(path)
+    assert len(t.jobs) == 40 and t.dropped == {"malformed line": 2}
+    assert "line 43: field 4 is '1e+308', more seconds than a log can hold" in t.report()
+    code, _, err = sim_cli(path, capsys=capsys)
+    assert code == 0, err

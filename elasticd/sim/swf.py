@@ -35,6 +35,10 @@ MIN_FIELDS = 11
 # Status of one partial execution of a checkpointed or swapped job (2: to be continued, 3: the
 # last, completed, 4: the last, failed); the job as a whole is its line of status 0, 1 or 5.
 PARTIAL = (2.0, 3.0, 4.0)
+# Seconds a float counts exactly: a submit, run or requested time beyond it is no time a log
+# holds (and 1.25 x a run of 1e308 s is infinite).
+MAX_SECONDS = 2.0**53
+_TIMES = (F_SUBMIT, F_RUN, F_REQ_TIME)
 # The fields the reader uses, in the order it keeps them.
 _USED = (F_ID, F_SUBMIT, F_RUN, F_ALLOC, F_REQ_PROCS, F_REQ_TIME, F_STATUS, F_PARTITION)
 
@@ -148,8 +152,8 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     gives that job no limit, as a job file's UNLIMITED (elasticd.sim.simulator).
 
     Lines: a job line has 18 fields; one of 11 to 17 is read with the rest unknown (-1), noted;
-    fewer, or a field that is not a finite number, makes it malformed. An exact repeat of an
-    earlier line is dropped (counted). A job number on several different lines is several
+    fewer, a field that is not a finite number, or a time beyond 2^53 s makes it malformed. An
+    exact repeat of an earlier line is dropped (counted). A job number on several different lines is several
     jobs (noted), except partial executions (status 2, 3, 4) of a job that also has its whole
     line (status 0, 1, 5 or -1): those parts are dropped (counted), the whole is the job.
     Submit time -1 is unknown (dropped, counted); other negative submit times are times before
@@ -200,6 +204,9 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
                         break
                     if not math.isfinite(number):
                         problem = f"field {i + 1} is {x[:20]!r}, not a finite number"
+                        break
+                    if i + 1 in _TIMES and abs(number) > MAX_SECONDS:
+                        problem = f"field {i + 1} is {x[:20]!r}, more seconds than a log can hold"
                         break
                     values.append(number)
                 if problem:
