@@ -301,6 +301,7 @@ def test_evaluate_takes_the_units_options_the_reader_asks_for(tmp_path: Path) ->
     assert "40 jobs kept on 4 nodes (4 processor(s) per node as given" in r.stdout
     assert len((tmp_path / "ev" / "runs.jsonl").read_text().splitlines()) == 4
     assert json.loads((tmp_path / "ev" / "runs.jsonl").read_text().splitlines()[0])["trace"] == "t"
+    assert "Read as: t.swf: 40 jobs kept on 4 nodes (4 processor(s) per node as given" in (tmp_path / "ev" / "REPORT.md").read_text()
 
 
 def test_evaluate_refuses_two_traces_of_one_name_and_no_jobs(tmp_path: Path) -> None:
@@ -371,3 +372,12 @@ def test_a_time_beyond_what_a_float_counts_in_seconds_is_a_malformed_line(tmp_pa
     assert "line 43: field 4 is '1e+308', more seconds than a log can hold" in t.report()
     code, _, err = sim_cli(path, capsys=capsys)
     assert code == 0, err
+
+
+def test_sim_results_json_says_how_the_trace_was_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = sim_cli(write(tmp_path, list(reversed(BASE)), "; MaxNodes: 2\n; MaxProcs: 8\n"), "--out",
+                           str(tmp_path / "out"), "--no-plots", capsys=capsys)
+    assert code == 0, err
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())["trace"]
+    assert "4 per node" in doc["units"] and doc["notes"] == ["39 lines out of submit order (sorted)"]
+    assert doc["report"].startswith("t.swf: 40 jobs kept on 2 nodes")

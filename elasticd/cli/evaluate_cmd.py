@@ -67,9 +67,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sources[name] = TraceSource(p, args.nodes, args.cores_per_node, args.max_jobs, args.strict)
     # Every trace read here first: one that cannot be used is refused before any run (in a
     # worker process, its error was a broken pool and a traceback), and each says what it is.
-    for src in sources.values():
+    readings = {}
+    for name, src in sources.items():
         trace = src.load()
-        print(trace.report())
+        readings[name] = trace.report()
+        print(readings[name])
         note = warmup_note(trace, args.warmup)
         if note:
             print(note)
@@ -100,7 +102,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "efficiency rule, Amdahl speedups from an efficiency of 0.6-0.95 at each job's logged size, "
             "0.375 s reconfiguration per node changed" + (f"; first {args.max_jobs} jobs of each trace"
                                                          if args.max_jobs else ""))
-    ev.report(args.out, list(sources), results, policies, fractions, {"command": command, "description": desc})
+    ev.report(args.out, list(sources), results, policies, fractions, {"command": command, "description": desc,
+                                                                      "readings": readings})
     if args.readme is not None:
         ev.update_readme(args.readme, "evaluation", ev.readme_table(results, list(sources), policies, fractions))
     print(f"{len(results.rows)} runs ({time.perf_counter() - t0:.0f} s); report in {args.out / 'REPORT.md'}")

@@ -158,7 +158,8 @@ def write_outputs(out: Path, trace: Trace, rows: list[RunRow], summary: list[dic
     doc = {
         "version": 1,
         "trace": {"name": trace.name, "nodes": trace.nodes, "jobs": len(trace.jobs),
-                  "dropped": dict(trace.dropped), "adjusted": dict(trace.adjusted)},
+                  "dropped": dict(trace.dropped), "adjusted": dict(trace.adjusted), "units": trace.units,
+                  "notes": trace.notes, "report": trace.report()},
         "parameters": params,
         "runs": run_dicts,
         "summary": summary,

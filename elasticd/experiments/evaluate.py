@@ -220,7 +220,10 @@ def report(out: Path, traces: list[str], results: Results, policies: list[str], 
         easy = next((c for c in cs if c.policy == "easy" and c.fraction == 0), None)
         if easy is None:
             continue
-        lines += ["", f"## {trace}", "", f"![{trace}]({trace}/turnaround.png)", "",
+        lines += ["", f"## {trace}", ""]
+        if trace in meta.get("readings", {}):  # what the simulation is made of, as the reader says it
+            lines += [f"Read as: {meta['readings'][trace]}", ""]
+        lines += [f"![{trace}]({trace}/turnaround.png)", "",
                   ("| policy | malleable | turnaround (s) | vs EASY | bounded slowdown | vs EASY | wait (s) | "
                   "utilization | timeouts | resizes/job | seeds |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
         worse: list[str] = []
