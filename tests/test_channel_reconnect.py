@@ -16,6 +16,7 @@ import pytest
 
 from elastic_apps.channel import JobChannel
 from elastic_apps.env import JobEnv
+from elastic_apps.handler import MalleableHandler
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -66,3 +67,70 @@ def test_a_hello_cut_off_by_a_daemon_crash_is_said_once_on_the_new_connection() 
     finally:
         ch.close()
         server.close()
+
+
+def test_a_resume_the_daemon_refuses_does_not_end_the_reconnection() -> None:
+    """`resume` only says what the application believes: a daemon that does not take it
+    (bad_hosts: it took hosts while the connection was down) leaves the connection hello'd
+    and registered, and its `hosts` line sets the library's view. The library used to give
+    the channel up for good."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    after: list[str] = []
+
+    def daemon() -> None:
+        first, _ = server.accept()
+        with first:
+            first.settimeout(5)
+            for want in ("hello", "register"):
+                assert _lines(first, 1)[0].split()[0] == want
+                first.sendall(f"ok {want}{' 1' if want == 'hello' else ''}\n".encode())
+        conn, _ = server.accept()  # the connection dropped; the library reconnects
+        with conn:
+            conn.settimeout(5)
+            for want in ("hello", "register", "resume"):
+                line = _lines(conn, 1)[0]
+                after.append(line)
+                assert line.split()[0] == want
+                if want == "register":
+                    conn.sendall(b"hosts n1 reason=deadline\n")
+                reply = {"hello": "ok hello 1", "register": "ok register",
+                         "resume": "error bad_hosts resume: not hosts of job 7: n2"}[want]
+                conn.sendall(f"{reply}\n".encode())
+            line = _lines(conn, 1)[0]  # the next request still goes here
+            after.append(line)
+            conn.sendall(b"pong\n")
+
+    peer = threading.Thread(target=daemon, daemon=True)
+    peer.start()
+    env = JobEnv(job_id=7, name="j", hosts=("n1", "n2"), host="n1", index=0, app_address=("127.0.0.1", port),
+                 secret="s3cret", joining=False, hostfile=None)
+    ch = JobChannel(env, timeout=5.0)
+    try:
+        ch.open()
+        ch.register(_Handler())
+        assert _wait(lambda: ch.reconnects == 1)
+        ch.ping()
+        peer.join(10)
+        assert not peer.is_alive()
+        assert after == ["hello 1 7 s3cret", "register", "resume n1 n2", "ping"]
+        assert _wait(lambda: ch.hosts == ["n1"])
+    finally:
+        ch.close()
+        server.close()
+
+
+class _Handler(MalleableHandler):
+    def on_hosts_changed(self, hosts: list[str], lost_hosts: list[str], reason: str) -> None:
+        pass
+
+
+def _wait(pred, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())

@@ -5,7 +5,8 @@ to a second thread that runs the handler, so a slow handler never blocks a reply
 application's own threads are never interrupted.
 
 The daemon may be restarted under a running job (after a crash it recovers from its
-journal, on the same address, with the same job secrets). When the connection drops
+journal, on the same address, with the same job secrets), or the connection alone may
+drop; the library cannot tell which, and need not. When the connection drops
 without close() having been called, the reader thread reconnects for up to
 ELASTIC_RECONNECT_SECONDS (default 120): hello again, register again if the job was
 registered, then `resume` saying which order it is handling and which hosts it runs on.
@@ -357,6 +358,10 @@ class JobChannel:
                     continue
                 break
             if reply.startswith("error "):
+                if line.startswith("resume"):
+                    # Only what this end believes: the daemon's `hosts` line says what holds.
+                    log.warning("elastic: the daemon did not take the resume: %s", reply)
+                    continue
                 raise DaemonRefused(*parse_error(reply))
         sock.settimeout(None)
 

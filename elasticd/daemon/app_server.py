@@ -212,7 +212,7 @@ class AppServer(LineServer):
             order_text = msg.options.get("order")
             if order_text is not None and not order_text.isdigit():
                 raise MalformedMessage("resume: order=ID must be a number")
-            d.app_resume(job_id, None if order_text is None else int(order_text), list(msg.args))
+            d.app_resume(job_id, None if order_text is None else int(order_text), list(msg.args), link)
             return "ok resume"
         if verb == "request":
             n = parse_count(msg)

@@ -35,6 +35,7 @@ from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Recla
 from elasticd.core.allocation_plan import AllocationRules
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
+from elasticd.core.job import Job
 from elasticd.core.record import restore_job
 from elasticd.daemon.allocation_resize import AllocationResizer, run_every
 from elasticd.daemon.app_server import AppServer
@@ -177,6 +178,14 @@ class Daemon:
         self.app_orders: dict[int, int] = {}
         # Orders the daemon settled without the application's answer: a late answer is told so.
         self.voided: dict[int, dict[int, str]] = {}
+        # What changed while the job had no registered connection (its hosts, or the order it
+        # was sent, settled): the reason and that order; told when a connection registers.
+        self._untold: dict[int, tuple[str, int | None]] = {}
+        # The `hosts ... order=ID` line each job's registered connection was last sent.
+        self._told_void: dict[int, tuple[AppLink, int]] = {}
+        # The hosts each application held before the last `hosts` line it was sent: until it
+        # has read that line, a reconnection's `resume` may still name them.
+        self._hosts_before: dict[int, frozenset[str]] = {}
         # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
         self._hostfiles: dict[int, tuple[str, ...]] = {}
         self._deadline_waits: dict[int, int] = {}
@@ -470,6 +479,10 @@ class Daemon:
             if job.ending_as is not None:
                 self._execute([Terminate(jid, tuple(job.hosts), job.ending_as)])
             elif order is not None and not order.settled:
+                # The previous daemon may have sent it: however it is settled without the
+                # application, the application is told when it registers again.
+                self.app_orders[jid] = order.order_id
+                self.app_hosts[jid] = self._held(job)
                 if order.kind is OrderKind.GROW and not set(order.new_hosts) <= set(found):
                     # Its processes on the new hosts were never started: take them back.
                     self._do(ev.OrderUndeliverable(now, jid, order.order_id))
@@ -563,35 +576,35 @@ class Daemon:
 
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
-        self.app_links[job_id] = link
-        self.app_hosts.pop(job_id, None)  # set from the job at the Registered event
+        self.app_links[job_id] = link  # what it knows is set at the Registered event
         self._do(ev.Registered(self.now(), job_id))
         self._schedule_soon()
 
     def app_deregister(self, job_id: int) -> None:
         self._do(ev.Unregistered(self.now(), job_id, final=True))
         self.app_links.pop(job_id, None)
-        self.app_hosts.pop(job_id, None)
-        self.app_orders.pop(job_id, None)
+        for table in (self.app_hosts, self.app_orders, self._untold, self._told_void, self._hosts_before):
+            table.pop(job_id, None)
 
     def app_lost(self, job_id: int, link: AppLink) -> None:
-        """The registered connection closed: the job runs on as rigid, an open order fails."""
+        """The registered connection closed: the job runs on as rigid until a connection
+        registers again. An order it was sent stays open until its deadline, as after a
+        restart of the daemon: the application cannot tell a dropped connection from a
+        restarted daemon, so it reconnects and answers it (`resume`) the same way."""
         if self.app_links.get(job_id) is not link:
             return
         del self.app_links[job_id]
-        self.app_hosts.pop(job_id, None)
-        self.app_orders.pop(job_id, None)
+        self._told_void.pop(job_id, None)
         job = self.core.jobs.get(job_id)
-        if job is not None and job.state.holds_nodes:
-            log.warning("job %d: its registered connection closed; it runs on as rigid until it registers again",
-                        job_id)
         if job is None or not job.state.holds_nodes:
             return
-        now = self.now()
+        log.warning("job %d: its registered connection closed; it runs on as rigid until it registers again",
+                    job_id)
+        if job.order is not None and not job.order.settled:
+            log.info("job %d: order %d stays open until its deadline, for the application to reconnect and "
+                     "answer it", job_id, job.order.order_id)
         if job.malleable_ready:
-            self._do(ev.Unregistered(now, job_id))
-        if job.order is not None:
-            self._do(ev.OrderUndeliverable(now, job_id, job.order.order_id))
+            self._do(ev.Unregistered(self.now(), job_id))
         self._schedule_soon()
 
     def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
@@ -640,17 +653,25 @@ class Daemon:
         self._notify()
         self._schedule_soon()
 
-    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str]) -> None:
-        """An application reconnected (after a daemon restart) and said what it is doing.
+    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink | None = None) -> None:
+        """An application reconnected (its connection dropped, or the daemon restarted) and
+        said what it is doing.
 
         An open order it is not handling never reached it: the order is dropped (a grow's
-        new hosts are taken back). One it is handling stays open for its answer.
+        new hosts are taken back). One it is handling stays open for its answer. One the
+        daemon settled without it meanwhile is told again (`hosts ... order=ID`) to the
+        registered connection, so that its answer, refused as expired, is never taken for
+        done.
         """
         job = self.core.job(job_id)
         order = job.order
         now = self.now()
         if order is not None and not order.settled and order.order_id == order_id:
             self.app_orders[job_id] = order_id  # it is handling it: settled without it, it is told
+        why = self.voided.get(job_id, {}).get(order_id) if order_id is not None else None
+        if (why is not None and order_id is not None and link is not None and self.app_links.get(job_id) is link
+                and self._told_void.get(job_id) != (link, order_id)):
+            self._send_hosts(job_id, link, self._held(job), why, order_id)
         if order is not None and not order.settled and order.order_id != order_id:
             log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
             self._order_settled(order.order_id)
@@ -658,7 +679,10 @@ class Daemon:
             self._notify()
             self._schedule_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
+        # Its own hosts, an open grow's new ones, and those the daemon took from it in its
+        # absence (the `hosts` line that says so may have reached it after it sent this).
         own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
+        own |= self._hosts_before.get(job_id, frozenset())
         foreign = [h for h in hosts if h not in own]
         if foreign:
             raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
@@ -760,7 +784,8 @@ class Daemon:
         changed, and a registered application sent `hosts H... reason=R [order=ID]` when the
         daemon changed its hosts, or settled the order it was sent, on its own (a node
         failed, a deadline passed, a grow could not be launched). What the application did
-        itself (its answers, its releases) it knows already."""
+        itself (its answers, its releases) it knows already. What changed while no
+        connection of the job was registered is told to the next one that registers."""
         jid = getattr(event, "job_id", None)
         if isinstance(jid, int):
             ids = [jid]
@@ -772,37 +797,63 @@ class Daemon:
             job = self.core.jobs.get(j)
             if job is None or not job.state.holds_nodes:
                 continue
-            # A grow's new hosts are the job's only once the application says it took them.
-            coming = set(job.order.new_hosts) if job.order is not None and not job.order.settled else set()
-            held = tuple(h for h in job.hosts if h not in job.leaving and h not in coming)
+            held = self._held(job)
             if isinstance(event, (ev.OrderRefused, ev.OrderDeadline, ev.LaunchFailed, ev.OrderUndeliverable)):
                 self._hostfiles.pop(j, None)  # a grow's launch may have written its new hosts there
             self._rewrite_hostfile(j, held)
             link = self.app_links.get(j)
-            if link is None:
-                continue
             sent = self.app_orders.get(j)
             open_id = job.order.order_id if job.order is not None and not job.order.settled else None
             voided = sent is not None and open_id != sent
             if voided:
                 self.app_orders.pop(j, None)
-            if isinstance(event, _APP_OWN) or j not in self.app_hosts:
-                self.app_hosts[j] = held
-                continue
-            if held == self.app_hosts[j] and not voided:
+            if isinstance(event, _APP_OWN):
+                untold = self._untold.pop(j, None) if isinstance(event, ev.Registered) else None
+                if link is not None and untold is not None:
+                    # Changed while no connection was registered (a dropped connection).
+                    self._send_hosts(j, link, held, *untold)
+                elif link is not None or j in self.app_hosts:
+                    self.app_hosts[j] = held  # what it did itself it knows
                 continue
             reason = _HOSTS_REASONS.get(type(event), "daemon")
             if isinstance(event, ev.OrderUndeliverable) and event.why:
                 reason = "launch_failed"
-            self.app_hosts[j] = held
-            line = hosts_message(held, reason, sent if voided else None).encode().decode()
             if voided and sent is not None:
                 marks = self.voided.setdefault(j, {})
                 marks[sent] = reason
                 while len(marks) > 16:
                     del marks[next(iter(marks))]
-            log.info("job %d: told the application: %s", j, line)
-            link.send(line.encode() + b"\n")
+            if link is None:
+                # Nobody to tell now: the next connection that registers is told (why the
+                # order it was sent was settled, else the first reason its hosts changed).
+                if voided and sent is not None:
+                    self._untold[j] = (reason, sent)
+                elif j in self.app_hosts and held != self.app_hosts[j]:
+                    self._untold.setdefault(j, (reason, None))
+                continue
+            if j not in self.app_hosts:
+                self.app_hosts[j] = held
+                continue
+            if held == self.app_hosts[j] and not voided:
+                continue
+            self._send_hosts(j, link, held, reason, sent if voided else None)
+
+    def _held(self, job: Job) -> tuple[str, ...]:
+        """The hosts a job holds as its application sees them: a grow's new hosts are the
+        job's only once the application says it took them; hosts it gave back are gone."""
+        coming = set(job.order.new_hosts) if job.order is not None and not job.order.settled else set()
+        return tuple(h for h in job.hosts if h not in job.leaving and h not in coming)
+
+    def _send_hosts(self, job_id: int, link: AppLink, held: tuple[str, ...], reason: str,
+                    order_id: int | None) -> None:
+        """`hosts H... reason=R [order=ID]` to the job's registered connection."""
+        self._hosts_before[job_id] = frozenset(self.app_hosts.get(job_id, ()))
+        self.app_hosts[job_id] = held
+        line = hosts_message(held, reason, order_id).encode().decode()
+        if order_id is not None:
+            self._told_void[job_id] = (link, order_id)
+        log.info("job %d: told the application: %s", job_id, line)
+        link.send(line.encode() + b"\n")
 
     def _rewrite_hostfile(self, job_id: int, held: tuple[str, ...]) -> None:
         """ELASTIC_HOSTFILE lists the job's hosts now, after every change (written at launch)."""
@@ -1025,7 +1076,8 @@ class Daemon:
         self._outputs.pop(job_id, None)
         if self.allocation is not None:
             self.allocation.job_ended(job_id)
-        for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles):
+        for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles, self._untold,
+                      self._told_void, self._hosts_before):
             table.pop(job_id, None)
         handle = self._timers.limits.pop(job_id, None)
         if handle is not None:
