@@ -107,6 +107,13 @@ def test_cores_per_node_given_against_the_headers_maxnodes_says_both(tmp_path: P
     assert t.nodes == 4 and "MaxNodes says 2" in t.units
 
 
+def test_a_nodes_option_that_makes_many_jobs_too_wide_is_said_to_be_too_small(tmp_path: Path) -> None:
+    """Not 'the units are wrong' (the user chose the size): the option to change first is named."""
+    with pytest.raises(TraceError, match=r"30 of 40 jobs are wider than the 1 nodes of --nodes .*give --nodes N of the "
+                                         r"machine's size, or --cores-per-node"):
+        read_swf(write(tmp_path, BASE), nodes=1)
+
+
 @pytest.mark.parametrize("flag", ["--nodes", "--cores-per-node"])
 def test_a_machine_of_no_node_is_refused_as_such(tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = sim_cli(write(tmp_path, BASE), flag, "0", capsys=capsys)

@@ -231,6 +231,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
         raise TraceError(f"{path}: cannot read{where}: {getattr(exc, 'strerror', None) or exc}") from None
     del seen
 
+    nodes_given = nodes is not None
     nodes, cpn, units = _machine(path, nodes, cores_per_node, header)
     notes: list[str] = []
     if short:
@@ -287,6 +288,11 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
         if partition > 0:
             partitions.add(partition)
     wide = dropped["wider than the machine"]
+    if wide > MAX_WIDE_JOBS and wide > MAX_WIDE_SHARE * (len(jobs) + wide) and nodes_given:
+        raise TraceError(
+            f"{path}: {wide} of {len(jobs) + wide} jobs are wider than the {nodes} nodes of --nodes ({units}; the "
+            f"widest asks for {widest} processors): give --nodes N of the machine's size, or --cores-per-node C if "
+            "sizes count processors of several per node")
     if wide > MAX_WIDE_JOBS and wide > MAX_WIDE_SHARE * (len(jobs) + wide):
         raise TraceError(
             f"{path}: {wide} of {len(jobs) + wide} jobs are wider than the machine read as {nodes} nodes "
