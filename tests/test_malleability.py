@@ -305,3 +305,20 @@ def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_
     assert "too many bad lines" in log
     assert daemon.cli("ecancel", str(jid)).returncode == 0
     daemon.wait([jid], timeout=20)
+
+
+def test_resize_to_the_size_a_job_already_has_returns_at_once_and_sends_no_order(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """The daemon sends nothing for it (PROTOCOL.md), so `elasticd resize` used to wait for
+    an outcome that never came (120 s) and fail."""
+    jid = daemon.submit(recorder_job(workdir))
+    daemon.wait_event(jid, "registered")
+    r = daemon.cli("elasticd", "resize", str(jid), "4", timeout=10)
+    assert r.returncode == 0 and r.stdout.strip() == f"job {jid}: already runs on 4 nodes", r
+    r = daemon.cli("elasticd", "resize", str(jid), "4", "--hold", timeout=10)
+    assert r.returncode == 0 and r.stdout.strip() == f"job {jid}: already runs on 4 nodes; held at that size", r
+    assert daemon.job(jid)["held"]
+    events = daemon.events(jid)
+    assert "shrink_ordered" not in events and "grow_ordered" not in events
+    assert not any(line.startswith(("pre_", "post_")) for line in app_log(workdir))
+    finish(daemon, workdir, jid)

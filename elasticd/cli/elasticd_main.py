@@ -364,6 +364,13 @@ def cmd_resize(args: argparse.Namespace) -> int:
     with ControlClient.connect(args.state_dir, "elasticd-resize") as c:
         before = _history(c, args.job_id)
         c.request(Resize(job_id=args.job_id, nodes=args.nodes, hold=args.hold))
+        ordered = any(e.event in ("shrink_ordered", "grow_ordered") and e.cause == "user"
+                      for e in _history(c, args.job_id)[len(before):])
+        if not ordered:
+            # Already that size: no order was sent, so there is no outcome to wait for.
+            held = "; held at that size" if args.hold else ""
+            print(f"job {args.job_id}: already runs on {args.nodes} nodes{held}")
+            return 0
         if args.no_wait:
             print(f"job {args.job_id}: ordered to {args.nodes} nodes (not waiting for the outcome)")
             return 0
