@@ -140,6 +140,11 @@ class AppServer(LineServer):
         except TimeoutError:
             await self._refuse(writer, peer, "timeout", "no hello received in time")
             return None
+        except MalformedMessage as exc:
+            # Any first line that is not a 3-argument hello is bad_request (PROTOCOL.md),
+            # an empty or non-ASCII one too.
+            await self._refuse(writer, peer, "bad_request", f"first line must be: hello VERSION JOB_ID SECRET ({exc})")
+            return None
         except ProtocolError as exc:
             await self._refuse(writer, peer, exc.code, str(exc))
             return None
@@ -196,8 +201,13 @@ class AppServer(LineServer):
             d.app_register(job_id, link)
             return "ok register"
         if verb == "deregister":
+            if d.core.job(job_id).deregistered:
+                return "ok deregister"  # for good already
             leader = d.app_links.get(job_id)
-            if leader is not None and leader is not link:
+            if leader is None:
+                raise OrderRejected("not_registered", f"no connection of job {job_id} is registered; "
+                                    "deregister from the one that registers")
+            if leader is not link:
                 raise OrderRejected("not_registered", "only the registered connection may deregister")
             d.app_deregister(job_id)
             return "ok deregister"

@@ -85,7 +85,7 @@ class LineServer:
         return len(self._writers)
 
     async def start(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._admit, host, port, limit=self.max_line + 1)
+        return await asyncio.start_server(self._admit, host, port, limit=self.max_line + 2)  # the line, `\r\n`
 
     async def close_all(self) -> None:
         for w in list(self._writers):

@@ -66,7 +66,7 @@ def parse(line: bytes, verbs: set[str]) -> Message:
     tokens = text.split()
     if not tokens:
         raise MalformedMessage("empty line")
-    verb = tokens[0].lower()
+    verb = tokens[0]  # verbs are lower case (PROTOCOL.md): `PING` is no verb
     if verb not in verbs:
         raise MalformedMessage(f"unknown message {tokens[0][:32]!r}")
     args: list[str] = []

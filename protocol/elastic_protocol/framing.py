@@ -14,9 +14,10 @@ from elastic_protocol.errors import FrameTooLong, MalformedMessage
 
 
 async def read_line(reader: asyncio.StreamReader, max_bytes: int) -> bytes | None:
-    """Return one line without its newline, or None at a clean end of stream.
+    """Return one line without its newline (`\\n`, or `\\r\\n`: a trailing `\\r` is no
+    part of the line, nor of its length), or None at a clean end of stream.
 
-    The reader must have been created with `limit` >= max_bytes + 1.
+    The reader must have been created with `limit` >= max_bytes + 2.
     """
     try:
         line = await reader.readuntil(b"\n")
@@ -26,9 +27,10 @@ async def read_line(reader: asyncio.StreamReader, max_bytes: int) -> bytes | Non
         return None
     except asyncio.LimitOverrunError:
         raise FrameTooLong(f"line longer than {max_bytes} bytes") from None
-    if len(line) - 1 > max_bytes:
+    line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+    if len(line) > max_bytes:
         raise FrameTooLong(f"line longer than {max_bytes} bytes")
-    return line[:-1].rstrip(b"\r")
+    return line.rstrip(b"\r")
 
 
 class LineSocket:
@@ -48,10 +50,12 @@ class LineSocket:
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[: nl + 1]
+                if line.endswith(b"\r"):
+                    line = line[:-1]
                 if len(line) > self.max_bytes:
                     raise FrameTooLong(f"line longer than {self.max_bytes} bytes")
                 return line.rstrip(b"\r")
-            if len(self._buf) > self.max_bytes:
+            if len(self._buf) > self.max_bytes + 1:  # room for a `\r` before the newline
                 raise FrameTooLong(f"line longer than {self.max_bytes} bytes")
             chunk = self.sock.recv(65536)
             if not chunk:
