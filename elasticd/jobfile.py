@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from elastic_protocol.jobspec import JobSpec, format_validation_errors
+from elastic_protocol.jobspec import JobSpec, env_problems, format_validation_errors
 from elastic_protocol.version import MAX_JOB_FILE_BYTES
 from elasticd.errors import JobFileError
 
@@ -48,6 +48,8 @@ def load_job_file(path: Path, submit_dir: Path | None = None) -> JobSpec:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         raise JobFileError(str(path), format_validation_errors(exc.errors())) from None
+    if problems := env_problems(spec):
+        raise JobFileError(str(path), problems)
     assert spec.working_dir is not None
     if not Path(spec.working_dir).is_dir():
         raise JobFileError(str(path), [f"working_dir: {spec.working_dir} is not a directory"])

@@ -111,6 +111,34 @@ def test_invalid_spec_sent_directly_is_rejected_by_the_daemon_itself(daemon: Run
     assert_daemon_kept(daemon, kept_job)
 
 
+def test_a_job_file_cannot_set_the_variables_the_daemon_sets_for_its_processes(
+    daemon: RunningDaemon, workdir: Path, kept_job: int
+) -> None:
+    """They were overridden without a word (ELASTIC_APP_ADDRESS, say, to reach the daemon
+    through a proxy): refused, each named, by esubmit and by the daemon itself."""
+    body = ('name = "e"\ncommand = ["true"]\nnodes = 1\n'
+            'env = { ELASTIC_APP_ADDRESS = "127.0.0.1:1", ELASTIC_JOB_SECRET = "x", ELASTIC_RECONNECT_SECONDS = "5" }')
+    lines = esubmit_errors(daemon, write_job(workdir, "env", body))
+    problems = [line.strip() for line in lines[1:]]
+    assert problems == [
+        "env.ELASTIC_APP_ADDRESS: set by the daemon for every process of the job; a job file cannot change it",
+        "env.ELASTIC_JOB_SECRET: set by the daemon for every process of the job; a job file cannot change it",
+    ], lines
+    with daemon.client() as c:
+        io = c._io
+        io.send_line(json.dumps({"op": "submit", "spec": {"name": "e", "command": ["true"], "nodes": 1,
+                                                          "working_dir": str(workdir),
+                                                          "env": {"ELASTIC_HOST": "node9"}}}).encode())
+        reply = json.loads(io.read_line())
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid_job", reply
+    assert reply["error"]["details"] == [
+        "env.ELASTIC_HOST: set by the daemon for every process of the job; a job file cannot change it"]
+    # The library's own setting is the job's to choose.
+    ok = write_job(workdir, "ok", 'name = "ok"\ncommand = ["true"]\nnodes = 1\nenv = { ELASTIC_RECONNECT_SECONDS = "5" }')
+    assert daemon.cli("esubmit", str(ok)).returncode == 0
+    assert_daemon_kept(daemon, kept_job)
+
+
 def test_a_relative_working_dir_on_the_control_channel_is_refused_not_resolved_by_the_daemon(
     daemon: RunningDaemon, kept_job: int
 ) -> None:

@@ -35,7 +35,7 @@ from elastic_protocol.control import (
 )
 from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import read_line
-from elastic_protocol.jobspec import format_validation_errors
+from elastic_protocol.jobspec import env_problems, format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd import __version__
 from elasticd.daemon.line_server import LineServer
@@ -154,6 +154,8 @@ class ControlServer(LineServer):
         if isinstance(req, Submit):
             if d.stopping:
                 return _error("stopping", "the daemon is stopping")
+            if problems := env_problems(req.spec):
+                return _error("invalid_job", "invalid job description", problems)
             wd = req.spec.working_dir
             if wd is not None and not os.path.isabs(wd):
                 # The daemon does not know the submitter's directory: clients resolve it.

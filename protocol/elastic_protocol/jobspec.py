@@ -290,3 +290,18 @@ def _is_branch_name(part: str | int) -> bool:
     return isinstance(part, str) and (
         part in {"int", "str", "float", "constrained-int"} or "[" in part
     )
+
+
+# What the daemon sets in every process of a job (PROTOCOL.md, "Application channel"): a
+# job file's `env` cannot change them, and says so rather than being overridden unseen.
+DAEMON_SET_ENV = frozenset({
+    "ELASTIC_JOB_ID", "ELASTIC_JOB_NAME", "ELASTIC_JOB_HOSTS", "ELASTIC_JOB_NUM_NODES",
+    "ELASTIC_HOSTFILE", "ELASTIC_HOST", "ELASTIC_NODE_INDEX", "ELASTIC_APP_ADDRESS",
+    "ELASTIC_JOB_SECRET", "ELASTIC_JOINING", "ELASTIC_TAG",
+})
+
+
+def env_problems(spec: JobSpec) -> list[str]:
+    """One line per `env` key the daemon sets itself for every process of the job."""
+    return [f"env.{k}: set by the daemon for every process of the job; a job file cannot change it"
+            for k in spec.env if k in DAEMON_SET_ENV]
