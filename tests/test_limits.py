@@ -132,3 +132,45 @@ def test_a_full_queue_refuses_a_submission_with_queue_full(small: RunningDaemon,
     assert states == {ids[0]: "RUNNING", ids[1]: "PENDING", ids[2]: "PENDING"}
     r = small.cli("ecancel", *map(str, ids))
     assert r.returncode == 0, r.stderr
+
+
+def test_a_jobs_value_store_past_its_limits_answers_busy_and_keeps_what_it_holds(
+        daemon: RunningDaemon, tmp_path: Path) -> None:
+    """PROTOCOL.md: at most 1,024 keys and 256 KiB of keys and values per job, `busy` past
+    either; replacing a value stays possible."""
+    work = tmp_path / "w"
+    work.mkdir()
+    jid = daemon.submit(write_job(work, "w", """
+        name = "w"
+        command = ["sh", "-c", "echo $ELASTIC_JOB_SECRET > secret; sleep 60"]
+        nodes = 1
+        working_dir = "."
+        time_limit = "2"
+    """))
+    secret = work / "secret"
+    deadline = time.monotonic() + 10
+    while not (secret.exists() and secret.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    io = connect(daemon, "app")
+    try:
+        def ask(line: str) -> str:
+            io.send_line(line.encode())
+            reply = io.read_line()
+            assert reply is not None
+            return reply.decode()
+
+        assert ask(f"hello 1 {jid} {secret.read_text().strip()}") == "ok hello 1"
+        big = "v" * 8000
+        answers = [ask(f"put k{i} {big}") for i in range(33)]
+        assert answers[:32] == [f"ok put k{i}" for i in range(32)]
+        assert answers[32].startswith("error busy at most 262144 bytes of values per job"), answers[32]
+        assert ask("put k0 small") == "ok put k0"  # replacing makes room
+        for i in range(32):
+            assert ask(f"put k{i} x") == f"ok put k{i}"
+        answers = [ask(f"put n{i} x") for i in range(1024 - 32 + 1)]
+        assert all(a.startswith("ok put ") for a in answers[:-1])
+        assert answers[-1] == "error busy at most 1024 values per job"
+        assert ask("get k5") == "ok get k5 x"
+    finally:
+        io.close()
+    daemon.cli("ecancel", str(jid))
