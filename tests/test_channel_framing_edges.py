@@ -1,8 +1,10 @@
 """Framing at its edges, as PROTOCOL.md states it for both channels: a trailing `\\r` is no
-part of a line (a line of exactly the limit ended by `\\r\\n` is taken), and a first line
-on the application channel that is not a 3-argument hello -- empty, not ASCII, control
-characters -- is `bad_request`. Found by a client written from the spec alone: such lines
-got `line_too_long` and `malformed`. Real daemon, raw loopback sockets."""
+part of a line (a line of exactly the limit ended by `\\r\\n` is taken), a first line on
+the application channel that is not a 3-argument hello -- empty, not ASCII, control
+characters -- is `bad_request`, and times are plain decimal numbers of seconds. Found by a
+client written from the spec alone: such lines got `line_too_long` and `malformed`, and a
+deadline of a million seconds was sent as `deadline=1e+06`. Real daemon, raw loopback
+sockets."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, wait_until, write_job
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.control import Hello
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES, PROTOCOL_VERSION
@@ -20,11 +22,12 @@ from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES, PROTOCO
 pytestmark = pytest.mark.timeout(60)
 
 
-def _waiting_job(d: RunningDaemon, folder: Path) -> tuple[int, str]:
-    jid = d.submit(write_job(folder, "w", """
+def _waiting_job(d: RunningDaemon, folder: Path, nodes: str = "1", kind: str = "rigid") -> tuple[int, str]:
+    jid = d.submit(write_job(folder, "w", f"""
         name = "w"
-        command = ["sh", "-c", "echo $ELASTIC_JOB_SECRET > secret; sleep 60"]
-        nodes = 1
+        command = ["sh", "-c", "[ $ELASTIC_NODE_INDEX = 0 ] && echo $ELASTIC_JOB_SECRET > secret; sleep 60"]
+        nodes = {nodes}
+        kind = "{kind}"
         working_dir = "."
         time_limit = "2"
     """))
@@ -88,3 +91,24 @@ def test_any_first_application_line_that_is_not_a_hello_is_bad_request(daemon: R
     finally:
         io.close()
     assert daemon.cli("elasticd", "status").returncode == 0
+
+
+@pytest.mark.parametrize("deadline", ["1000000", "2.5"])
+def test_an_orders_deadline_is_a_plain_decimal_number_of_seconds(tmp_path: Path, deadline: str) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", deadline])
+    try:
+        jid, secret = _waiting_job(d, work, "{ min = 1, max = 4 }", "malleable")
+        io = LineSocket(_raw(d.record.app_host, d.record.app_port), 1 << 20)
+        try:
+            for line, reply in ((f"hello {PROTOCOL_VERSION} {jid} {secret}", b"ok hello 1"), ("register", b"ok register")):
+                io.send_line(line.encode())
+                assert io.read_line() == reply
+            assert d.cli("elasticd", "resize", "--no-wait", str(jid), "3").returncode == 0
+            order = (io.read_line() or b"").decode()
+            assert order.startswith("shrink 1 order=") and order.endswith(f" deadline={deadline}"), order
+        finally:
+            io.close()
+    finally:
+        stop_daemon(d.record)

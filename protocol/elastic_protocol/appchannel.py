@@ -8,6 +8,7 @@ without breaking a reader that stops after the fields it knows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from elastic_protocol.errors import MalformedMessage
 
@@ -94,13 +95,20 @@ def parse_count(msg: Message, index: int = 0) -> int:
     return n
 
 
+def seconds_text(seconds: float) -> str:
+    """A time on the wire: a plain decimal number (`30`, `2.5`, `1000000`), never an
+    exponent, which `:g` wrote for a million seconds (`1e+06`: 1 for a C client's atoi)."""
+    text = format(Decimal(repr(float(seconds))), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def shrink_order(n: int, order_id: int, deadline_s: float) -> Message:
-    return Message("shrink", (str(n),), {"order": str(order_id), "deadline": f"{deadline_s:g}"})
+    return Message("shrink", (str(n),), {"order": str(order_id), "deadline": seconds_text(deadline_s)})
 
 
 def grow_order(hosts: list[str], order_id: int, deadline_s: float) -> Message:
     return Message(
-        "grow", (str(len(hosts)), *hosts), {"order": str(order_id), "deadline": f"{deadline_s:g}"}
+        "grow", (str(len(hosts)), *hosts), {"order": str(order_id), "deadline": seconds_text(deadline_s)}
     )
 
 
