@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, start_daemon, stop_daemon, write_job
+from conftest import BIN, start_daemon, stop_daemon, wait_until, write_job
 from elasticd.eventlog import LOG_FILE, read_log
 from test_malleability import finish, recorder_job
 from test_recovery import alive, job_pgids
@@ -69,6 +69,10 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
         d.wait_event(normal, "shrunk")
         refuse = d.submit(recorder_job(folders["refuse"], "refuse", "{ min = 1, max = 2 }"))
         d.wait_event(refuse, "registered")
+        # The policy starts it at its minimum and gives it an idle node (a grow it takes):
+        # a resize to the size it has sends nothing, so wait until it holds both.
+        assert wait_until(lambda: d.job(refuse)["nodes"] == 2 and d.job(refuse)["state"] == "RUNNING", 20), \
+            d.events(refuse)
         # Refused by the application, then a missed deadline.
         # `elasticd resize` waits for the outcome: a refusal is an error, saying so.
         r = d.cli("elasticd", "resize", str(refuse), "1")
