@@ -168,7 +168,7 @@ def test_equeue_json_document_has_every_field_even_when_unknown(daemon: RunningD
     expected = {"job_id", "name", "kind", "state", "reason", "nodes", "nodes_min", "nodes_max",
                 "nodes_preferred", "hosts", "submit_time", "start_time", "end_time", "time_limit",
                 "time_used", "exit_code", "exit_signal", "exit", "command", "working_dir",
-                "output_path", "error_path", "node_seconds", "events", "held", "note"}
+                "output_path", "error_path", "node_seconds", "events", "held", "note", "requested"}
     assert set(w) == expected and set(by_id[blocker]) == expected
     assert by_id[blocker]["hosts"] == ["node1", "node2", "node3", "node4"]
     table = daemon.cli("equeue").stdout.splitlines()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -321,4 +322,24 @@ def test_resize_to_the_size_a_job_already_has_returns_at_once_and_sends_no_order
     events = daemon.events(jid)
     assert "shrink_ordered" not in events and "grow_ordered" not in events
     assert not any(line.startswith(("pre_", "post_")) for line in app_log(workdir))
+    finish(daemon, workdir, jid)
+
+
+def test_an_evolving_jobs_waiting_request_is_its_requested_count_in_the_queue_document(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """PROTOCOL.md sends a client whose request waits to `requested` in `equeue --json`,
+    which the document did not have."""
+    jid = daemon.submit(recorder_job(workdir, nodes="{ min = 1, max = 3 }", kind="evolving"))
+    daemon.wait_event(jid, "registered")
+    assert daemon.job(jid)["requested"] == 0
+    blocker = daemon.submit(write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 3\nworking_dir = "."\n'))
+    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 5)
+    (workdir / "request-2").touch()
+    info = daemon.wait_event(jid, "requested")
+    assert info["requested"] == 2 and info["hosts"] == ["node1"]
+    doc = json.loads(daemon.cli("equeue", "--json").stdout)
+    assert next(j for j in doc["jobs"] if j["job_id"] == jid)["requested"] == 2
+    daemon.cli("ecancel", str(blocker))
+    info = daemon.wait_event(jid, "grown")
+    assert info["requested"] == 0 and len(info["hosts"]) == 3
     finish(daemon, workdir, jid)

@@ -67,6 +67,7 @@ def job_info(job: Job, now: float, note: str | None = None) -> JobInfo:
         node_seconds=job.node_seconds_at(now),
         held=job.held,
         note=note,
+        requested=job.requested,
         events=[
             JobEventInfo(time=e.time, event=e.event, nodes=e.nodes, hosts=list(e.hosts), detail=e.detail,
                          cause=e.cause)

@@ -145,6 +145,9 @@ class JobInfo(BaseModel):
     # asked for the resize in progress (ResizeBy:user|policy|app), NotRegistered (a
     # malleable job that has not registered a handler a minute after its start), Held.
     note: str | None = None
+    # An evolving job's request waiting to be granted (`request N` on the application
+    # channel), in nodes; 0 when none waits.
+    requested: int = 0
 
 
 QUEUE_DOCUMENT_VERSION = 1
