@@ -1,0 +1,103 @@
+"""What the daemon does with an application's `shrunk` and `grown`, as PROTOCOL.md states it
+for client authors (it said nothing of it): a shrink may give back the job's first host --
+its processes there end, a leader's too -- and the job's list keeps its order; a `grown`
+may list the hosts in any order and the list keeps the daemon's. Real daemon, real job
+processes, the application on a raw loopback socket."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import RunningDaemon, wait_until, write_job
+from elastic_protocol.framing import LineSocket
+
+pytestmark = pytest.mark.timeout(60)
+
+_WAITER = (
+    "import os, pathlib, time\n"
+    "here = pathlib.Path.cwd()\n"
+    "host = os.environ['ELASTIC_HOST']\n"
+    "if os.environ['ELASTIC_NODE_INDEX'] == '0' and os.environ['ELASTIC_JOINING'] == '0':\n"
+    "    (here / 'secret').write_text(os.environ['ELASTIC_JOB_SECRET'])\n"
+    "(here / f'up-{host}').write_text(str(os.getpid()))\n"
+    "while not (here / 'finish').exists():\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def _job(d: RunningDaemon, folder: Path) -> tuple[int, LineSocket]:
+    (folder / "waiter.py").write_text(_WAITER)
+    jid = d.submit(write_job(folder, "waiter", f'''
+        name = "waiter"
+        command = ["{sys.executable}", "waiter.py"]
+        nodes = {{ min = 1, max = 4 }}
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "2"
+    '''))
+    secret = folder / "secret"
+    assert wait_until(lambda: secret.exists() and secret.read_text() != "", 10)
+    io = LineSocket(socket.create_connection((d.record.app_host, d.record.app_port), timeout=15), 8192)
+    for line, reply in ((f"hello 1 {jid} {secret.read_text()}", b"ok hello 1"), ("register", b"ok register")):
+        io.send_line(line.encode())
+        assert io.read_line() == reply
+    return jid, io
+
+
+def _order(d: RunningDaemon, io: LineSocket, jid: int, nodes: int) -> list[str]:
+    assert d.cli("elasticd", "resize", "--no-wait", str(jid), str(nodes)).returncode == 0
+    line = io.read_line()
+    assert line is not None
+    return line.decode().split()
+
+
+def _answer(io: LineSocket, line: str) -> str:
+    io.send_line(line.encode())
+    reply = io.read_line()
+    assert reply is not None
+    return reply.decode()
+
+
+def test_a_shrink_may_give_back_the_first_host_and_a_grown_may_list_hosts_in_any_order(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    jid, io = _job(daemon, workdir)
+    try:
+        order = _order(daemon, io, jid, 2)
+        oid = order[2].split("=")[1]
+        assert _answer(io, f"shrunk order={oid} node1 node3") == f"ok shrunk order={oid}"
+        info = daemon.wait_event(jid, "shrunk")
+        assert info["hosts"] == ["node2", "node4"]
+        # The processes there ended, the first host's (index 0) too, and the hosts are free.
+        assert wait_until(lambda: _gone(int((workdir / "up-node1").read_text())), 10)
+        assert wait_until(lambda: {n["name"]: n["state"] for n in _nodes(daemon)}["node1"] == "idle", 10)
+        assert (daemon.state_dir / "jobs" / str(jid) / "hostfile").read_text() == "node2\nnode4\n"
+
+        order = _order(daemon, io, jid, 4)
+        assert order[:4] == ["grow", "2", "node1", "node3"], order
+        oid = order[4].split("=")[1]
+        assert _answer(io, f"grown order={oid} node3 node1 node4 node2") == f"ok grown order={oid}"
+        info = daemon.wait_event(jid, "grown")
+        assert info["hosts"] == ["node2", "node4", "node1", "node3"]
+    finally:
+        io.close()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)
+
+
+def _nodes(d: RunningDaemon) -> list[dict]:
+    from elastic_protocol.control import Status
+
+    with d.client() as c:
+        return list(c.request(Status())["nodes"])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
