@@ -63,16 +63,21 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
             f.mkdir()
         normal = d.submit(recorder_job(folders["normal"], "normal", "{ min = 1, max = 4 }"))
         d.wait_event(normal, "registered")
-        # A user's resize, answered by the application.
-        r = d.cli("elasticd", "resize", str(normal), "2")
+        # A user's resize, answered by the application (held there: a node stays free).
+        r = d.cli("elasticd", "resize", str(normal), "2", "--hold")
         assert r.returncode == 0 and f"job {normal}: shrunk to 2 nodes" in r.stdout, r.stdout + r.stderr
         d.wait_event(normal, "shrunk")
         refuse = d.submit(recorder_job(folders["refuse"], "refuse", "{ min = 1, max = 2 }"))
         d.wait_event(refuse, "registered")
-        # The policy starts it at its minimum and gives it an idle node (a grow it takes):
-        # a resize to the size it has sends nothing, so wait until it holds both.
-        assert wait_until(lambda: d.job(refuse)["nodes"] == 2 and d.job(refuse)["state"] == "RUNNING", 20), \
-            d.events(refuse)
+        # The policy starts it at its minimum and may give it the free node (a grow it
+        # takes), or the user does: a resize to the size it has sends nothing.
+        def on_two_nodes() -> bool:
+            job = d.job(refuse)
+            if job["state"] == "RUNNING" and job["nodes"] == 1:
+                d.cli("elasticd", "resize", "--no-wait", str(refuse), "2")  # refused while the policy orders
+            return job["state"] == "RUNNING" and job["nodes"] == 2
+
+        assert wait_until(on_two_nodes, 20, step=0.2), d.events(refuse)
         # Refused by the application, then a missed deadline.
         # `elasticd resize` waits for the outcome: a refusal is an error, saying so.
         r = d.cli("elasticd", "resize", str(refuse), "1")
