@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.control import Resize, Submit
+from elastic_protocol.framing import LineSocket
 from elastic_protocol.jobspec import JobSpec
 from test_malleability import app_log, finish, pid_of, recorder_job
 
@@ -177,6 +179,59 @@ def test_application_crashing_mid_shrink_across_a_daemon_restart_fails_the_job_a
     info = finish(d, workdir, jid, state="FAILED")
     assert info["exit"] == "7:0"
     assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
+
+
+def test_an_answer_to_an_order_settled_before_a_restart_is_expired_not_taken_for_done(
+        daemons: Daemons, workdir: Path) -> None:
+    """The previous daemon settled the order at its deadline; the application, its answer
+    late, reconnects to the restarted daemon and sends it. `unknown_order` would let it take
+    its shrink for done (PROTOCOL.md): it is `expired`, as before the restart; its resume
+    may name the host the deadline took, and is told what was settled."""
+    d = daemons.start()  # --order-deadline 5
+    jid = d.submit(write_job(workdir, "quiet", """
+        name = "quiet"
+        command = ["sh", "-c", "[ $ELASTIC_NODE_INDEX = 0 ] && echo $ELASTIC_JOB_SECRET > secret; exec sleep 60"]
+        nodes = { min = 1, max = 4 }
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "2"
+    """))
+    secret = workdir / "secret"
+    assert wait_until(lambda: secret.exists() and secret.read_text().strip() != "", 10)
+
+    def hello() -> LineSocket:
+        io = LineSocket(socket.create_connection((d.record.app_host, d.record.app_port), timeout=15), 8192)
+        for line, reply in ((f"hello 1 {jid} {secret.read_text().strip()}", "ok hello 1"),
+                            ("register", "ok register")):
+            io.send_line(line.encode())
+            assert (io.read_line() or b"").decode() == reply
+        return io
+
+    io = hello()
+    with d.client() as c:
+        c.request(Resize(job_id=jid, nodes=3))
+    order = (io.read_line() or b"").decode()
+    assert order.startswith("shrink 1 order="), order
+    oid = order.split("order=")[1].split()[0]
+    d.wait_event(jid, "deadline_missed", timeout=15)
+    assert wait_until(lambda: d.job(jid)["hosts"] == ["node1", "node2", "node3"], 10)
+    sigkill(d)
+    io.close()
+
+    d = daemons.start()
+    io = hello()
+    try:
+        io.send_line(f"resume order={oid} node1 node2 node3 node4".encode())
+        # Told again (it may not have read it before the crash), then the reply.
+        assert (io.read_line() or b"").decode() == f"hosts node1 node2 node3 reason=deadline order={oid}"
+        assert io.read_line() == b"ok resume"
+        io.send_line(f"shrunk order={oid} node4".encode())
+        reply = (io.read_line() or b"").decode()
+        assert reply.startswith(f"error expired order {oid} was settled without this answer (deadline)"), reply
+    finally:
+        io.close()
+    assert d.job(jid)["hosts"] == ["node1", "node2", "node3"]
+    d.cli("ecancel", str(jid))
 
 
 # ---- the batch ---------------------------------------------------------------------------

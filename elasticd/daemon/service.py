@@ -183,9 +183,6 @@ class Daemon:
         self._untold: dict[int, tuple[str, int | None]] = {}
         # The `hosts ... order=ID` line each job's registered connection was last sent.
         self._told_void: dict[int, tuple[AppLink, int]] = {}
-        # The hosts each application held before the last `hosts` line it was sent: until it
-        # has read that line, a reconnection's `resume` may still name them.
-        self._hosts_before: dict[int, frozenset[str]] = {}
         # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
         self._hostfiles: dict[int, tuple[str, ...]] = {}
         self._deadline_waits: dict[int, int] = {}
@@ -450,10 +447,29 @@ class Daemon:
         active = set(self.core.active_ids)
         self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
         self.job_values = {j: v for j, v in saved.values.items() if j in active}
+        for jid in active:
+            self._restore_voided(jid)
         self.recovered_jobs = len(jobs)
         log.info("journal: recovered %d job(s): %d pending, %d running, in %.2f s", len(jobs),
                  len(self.core.pending_ids), len(active), time.perf_counter() - t0)
         return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
+
+    def _restore_voided(self, job_id: int) -> None:
+        """The orders the previous daemon settled without the application, from the job's
+        history: an answer to one that comes after the restart is `expired` too, never
+        `unknown_order` (which a reconnecting client takes as done)."""
+        for e in self.core.job(job_id).events:
+            if e.event not in ("deadline_missed", "order_failed") or not (e.detail or "").startswith("order "):
+                continue
+            order_text = (e.detail or "")[len("order "):].split(":", 1)[0]
+            if not order_text.isdigit():
+                continue
+            reason = ("deadline" if e.event == "deadline_missed" else
+                      "launch_failed" if "started on" in (e.detail or "") else "order_dropped")
+            marks = self.voided.setdefault(job_id, {})
+            marks[int(order_text)] = reason
+            while len(marks) > 16:
+                del marks[next(iter(marks))]
 
     async def _recover(self) -> None:
         """Find the processes of the jobs that were running and settle what was in flight."""
@@ -583,7 +599,7 @@ class Daemon:
     def app_deregister(self, job_id: int) -> None:
         self._do(ev.Unregistered(self.now(), job_id, final=True))
         self.app_links.pop(job_id, None)
-        for table in (self.app_hosts, self.app_orders, self._untold, self._told_void, self._hosts_before):
+        for table in (self.app_hosts, self.app_orders, self._untold, self._told_void):
             table.pop(job_id, None)
 
     def app_lost(self, job_id: int, link: AppLink) -> None:
@@ -679,10 +695,10 @@ class Daemon:
             self._notify()
             self._schedule_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
-        # Its own hosts, an open grow's new ones, and those the daemon took from it in its
-        # absence (the `hosts` line that says so may have reached it after it sent this).
+        # Its own hosts, an open grow's new ones, and those it held before: the daemon may
+        # have taken them in its absence (the `hosts` line that says so may reach it later).
         own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
-        own |= self._hosts_before.get(job_id, frozenset())
+        own.update(h for e in job.events for h in e.hosts)
         foreign = [h for h in hosts if h not in own]
         if foreign:
             raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
@@ -847,7 +863,6 @@ class Daemon:
     def _send_hosts(self, job_id: int, link: AppLink, held: tuple[str, ...], reason: str,
                     order_id: int | None) -> None:
         """`hosts H... reason=R [order=ID]` to the job's registered connection."""
-        self._hosts_before[job_id] = frozenset(self.app_hosts.get(job_id, ()))
         self.app_hosts[job_id] = held
         line = hosts_message(held, reason, order_id).encode().decode()
         if order_id is not None:
@@ -1077,7 +1092,7 @@ class Daemon:
         if self.allocation is not None:
             self.allocation.job_ended(job_id)
         for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles, self._untold,
-                      self._told_void, self._hosts_before):
+                      self._told_void):
             table.pop(job_id, None)
         handle = self._timers.limits.pop(job_id, None)
         if handle is not None:
