@@ -134,7 +134,7 @@ def test_a_job_file_cannot_set_the_variables_the_daemon_sets_for_its_processes(
     assert reply["error"]["details"] == [
         "env.ELASTIC_HOST: set by the daemon for every process of the job; a job file cannot change it"]
     # The library's own setting is the job's to choose.
-    ok = write_job(workdir, "ok", 'name = "ok"\ncommand = ["true"]\nnodes = 1\nenv = { ELASTIC_RECONNECT_SECONDS = "5" }')
+    ok = write_job(workdir, "ok", 'name = "ok"\ncommand = ["true"]\nnodes = 1\nworking_dir = "."\nenv = { ELASTIC_RECONNECT_SECONDS = "5" }')
     assert daemon.cli("esubmit", str(ok)).returncode == 0
     assert_daemon_kept(daemon, kept_job)
 
