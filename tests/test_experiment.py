@@ -48,12 +48,12 @@ def test_written_batch_files_validate_and_carry_their_model(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_tiny_real_grid_runs_end_to_end_and_its_report_is_consistent(tmp_path: Path) -> None:
-    # The grid's 4 cells at once: 4 daemons of 8 virtual nodes whose synthetic jobs sleep, as
-    # many nodes as the two 16-node batches that run_experiment's default puts side by side.
+    # Two cells at a time, as run_experiment is meant to be used on 2 cores: with all 4 at once
+    # a loaded machine delayed the jobs' starts enough to push a makespan error past 25 %.
     out = tmp_path / "exp"
     r = subprocess.run([str(BIN / "elasticd"), "experiment", "--policy", "easy", "--policy", "malleable",
                         "--malleable", "0,100", "--batches", "1", "--jobs", "10", "--nodes", "8",
-                        "--time-scale", "0.01", "--parallel", "4", "--out", str(out)],
+                        "--time-scale", "0.01", "--parallel", "2", "--out", str(out)],
                        check=False, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "results.json").read_text())
