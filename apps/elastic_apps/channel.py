@@ -81,15 +81,37 @@ class JobChannel:
         return ch
 
     def open(self) -> None:
-        sock = self._dial(time.monotonic() + self.reconnect_for)
-        if sock is None:
-            raise ChannelClosed(f"cannot connect to the daemon at {self.env.app_address[0]}:{self.env.app_address[1]}")
-        sock.settimeout(None)
+        """Connect and say hello before anything else reads the socket: a connection that
+        drops before the daemon answers (a daemon killed and restarted) is dialled again and
+        hello said there, once. (With the reader thread started first, it could reconnect,
+        say hello itself, and the hello of open() then went to the new connection as a
+        second one: `bad_request`, and the job failed.)"""
+        deadline = time.monotonic() + self.reconnect_for
+        where = f"{self.env.app_address[0]}:{self.env.app_address[1]}"
+        while True:
+            sock = self._dial(deadline)
+            if sock is None:
+                raise ChannelClosed(f"cannot connect to the daemon at {where}")
+            sock.settimeout(None)  # a paused daemon answers later: wait for it
+            self._buf = b""
+            try:
+                sock.sendall(f"hello {PROTOCOL_VERSION} {self.env.job_id} {self.env.secret}\n".encode("ascii"))
+                reply = self._next_line(sock)
+            except OSError:
+                reply = None
+            if reply is not None:
+                break
+            sock.close()
+            if time.monotonic() > deadline:
+                raise ChannelClosed(f"the daemon at {where} closed the connection before answering hello")
+            time.sleep(0.05)
+        if reply.startswith("error "):
+            sock.close()
+            raise DaemonRefused(*parse_error(reply))
         self._sock = sock
         self._connected.set()
         threading.Thread(target=self._read_loop, name="elastic-reader", daemon=True).start()
         threading.Thread(target=self._order_loop, name="elastic-orders", daemon=True).start()
-        self._request(f"hello {PROTOCOL_VERSION} {self.env.job_id} {self.env.secret}")
 
     @property
     def local_address(self) -> str:
@@ -199,10 +221,6 @@ class JobChannel:
     def _request(self, line: str) -> str:
         """Send a line, wait for its reply; once more on a new connection if the old one dropped."""
         for attempt in range(2):
-            if attempt and line.startswith("hello "):
-                # The reconnection's handshake said hello, and the daemon took it: sending
-                # it again on the same connection is refused as a second hello.
-                return f"ok hello {PROTOCOL_VERSION}"
             reply = self._exchange(line)
             if reply is not None:
                 break
