@@ -314,9 +314,9 @@ def test_resize_to_the_size_a_job_already_has_returns_at_once_and_sends_no_order
     an outcome that never came (120 s) and fail."""
     jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")
-    r = daemon.cli("elasticd", "resize", str(jid), "4", timeout=10)
+    r = daemon.cli("elasticd", "resize", str(jid), "4", timeout=30)
     assert r.returncode == 0 and r.stdout.strip() == f"job {jid}: already runs on 4 nodes", r
-    r = daemon.cli("elasticd", "resize", str(jid), "4", "--hold", timeout=10)
+    r = daemon.cli("elasticd", "resize", str(jid), "4", "--hold", timeout=30)
     assert r.returncode == 0 and r.stdout.strip() == f"job {jid}: already runs on 4 nodes; held at that size", r
     assert daemon.job(jid)["held"]
     events = daemon.events(jid)
