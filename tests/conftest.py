@@ -22,6 +22,42 @@ from elasticd.statedir import DaemonRecord
 BIN = Path(sys.executable).parent
 
 
+# ---- two tests at a time (pytest-xdist) -----------------------------------------------------
+# pyproject's addopts run the suite on two workers (-n 2 --dist loadgroup): most tests wait on
+# real daemons, jobs and sockets, each in its own tmp_path, state directory and ports. The
+# tests on the virtual cluster (the modules test_cluster_*) share one cluster, brought up and
+# down by their modules, and must never overlap: the scheduler below makes them one unit of
+# work, which one worker runs one after another while the other takes the rest. It goes out
+# first (xdist hands out the largest unit first). The group is found from the test's id, not
+# from an xdist_group mark: on pytest 9.2 xdist's loadgroup loses those marks silently
+# (pytest-xdist issue 1386).
+CLUSTER_GROUP = "vcluster"
+
+
+def _cluster_module(nodeid: str) -> bool:
+    return Path(nodeid.split("::", 1)[0]).name.startswith("test_cluster_")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ClusterGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return CLUSTER_GROUP if _cluster_module(nodeid) else super()._split_scope(nodeid)
+
+    return ClusterGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = [i.nodeid for i in items if "vcluster" in getattr(i, "fixturenames", ()) and not _cluster_module(i.nodeid)]
+    if misplaced:
+        raise pytest.UsageError(f"tests on the virtual cluster belong in a tests/test_cluster_*.py module (they run "
+                                f"one at a time there): {misplaced}")
+
+
 @dataclass
 class RunningDaemon:
     state_dir: Path
@@ -119,6 +155,17 @@ def write_job(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.toml"
     path.write_text(textwrap.dedent(body).lstrip())
     return path
+
+
+def of_job(environ: dict[str, str], state_dir: Path, job_id: int) -> bool:
+    """Whether a process's environment is that of job JOB_ID of the daemon on STATE_DIR. Job
+    ids start at 1 in every daemon and two tests run at a time (pytest-xdist): the id alone
+    may be another test's job. A process whose ELASTIC_HOSTFILE is under another state
+    directory is another daemon's; one with the id and no hostfile counts."""
+    if environ.get("ELASTIC_JOB_ID") != str(job_id):
+        return False
+    hostfile = environ.get("ELASTIC_HOSTFILE")
+    return hostfile is None or Path(os.path.realpath(hostfile)).is_relative_to(state_dir.resolve() / "jobs")
 
 
 def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import write_job
+from conftest import of_job, write_job
 
 
 def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
@@ -27,9 +27,10 @@ def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
     return None
 
 
-def job_ranks(job_id: int, node_of: Callable[[int], str | None] | None = None) -> dict[str, list[int]]:
-    """Node -> pids of the job's MPI ranks on this machine: by the virtual host a rank was
-    started for (local mode), or by `node_of(pid)` (namespace nodes)."""
+def job_ranks(job_id: int, state_dir: Path, node_of: Callable[[int], str | None] | None = None) -> dict[str, list[int]]:
+    """Node -> pids of the MPI ranks of job JOB_ID of the daemon on STATE_DIR (conftest.of_job)
+    on this machine: by the virtual host a rank was started for (local mode), or by
+    `node_of(pid)` (namespace nodes)."""
     out: dict[str, list[int]] = {}
     for p in psutil.process_iter():
         try:
@@ -38,7 +39,7 @@ def job_ranks(job_id: int, node_of: Callable[[int], str | None] | None = None) -
                 continue
         except (psutil.Error, OSError):
             continue
-        if env.get("ELASTIC_JOB_ID") == str(job_id) and "OMPI_COMM_WORLD_RANK" in env:
+        if "OMPI_COMM_WORLD_RANK" in env and of_job(env, state_dir, job_id):
             node = env.get("ELASTIC_MPI_NODE") if node_of is None else node_of(p.pid)
             out.setdefault(node or "?", []).append(p.pid)
     return out

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 from test_cluster_environment import HOLD, allocation, daemon_in
 from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
@@ -19,8 +19,8 @@ from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  #
 NET = "10.200.0.0/24"
 
 
-def ranks_by_node(job_id: int) -> dict[str, list[int]]:
-    return job_ranks(job_id, node_of)
+def ranks_by_node(d: RunningDaemon, job_id: int) -> dict[str, list[int]]:
+    return job_ranks(job_id, d.state_dir, node_of)
 
 
 def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
@@ -57,18 +57,18 @@ def test_jacobi_grows_and_shrinks_across_namespace_nodes_by_spawn_and_by_restart
             if mode == "restart":  # the restarted run registers again before it takes orders
                 d.wait_event(jid, "registered", count=2, timeout=40)
             hosts = d.job(jid)["hosts"]
-            spread = wait_until(lambda: {h: len(p) for h, p in ranks_by_node(jid).items()} == {h: 2 for h in hosts},  # noqa: B023 - called at once
+            spread = wait_until(lambda: {h: len(p) for h, p in ranks_by_node(d, jid).items()} == {h: 2 for h in hosts},  # noqa: B023 - called at once
                                 30)
-            assert spread, (hosts, ranks_by_node(jid))
+            assert spread, (hosts, ranks_by_node(d, jid))
             assert d.cli("elasticd", "resize", str(jid), "1").returncode == 0
             info = d.wait_event(jid, "shrunk", timeout=40)
             released = [h for h in hosts if h not in info["hosts"]]
-            assert released and not ranks_by_node(jid).get(released[0]), ranks_by_node(jid)
+            assert released and not ranks_by_node(d, jid).get(released[0]), ranks_by_node(d, jid)
             d.wait([jid], timeout=90)
             out = (work / f"{mode}.out").read_text()
             assert d.job(jid)["state"] == "COMPLETED", out
             assert (work / f"{mode}.bin").read_bytes() == (work / "ref.bin").read_bytes(), out
-            assert ranks_by_node(jid) == {}
+            assert ranks_by_node(d, jid) == {}
             log = (d.state_dir / "daemon.log").read_text()
             assert f"job {jid}: verified no MPI rank left on {released[0]}" in log
     finally:
@@ -145,14 +145,14 @@ def test_two_spawn_mode_mpi_jobs_on_disjoint_nodes_of_an_allocation_run_at_once(
             d.wait_event(b, "registered", timeout=40)
             assert set(d.job(a)["hosts"]).isdisjoint(d.job(b)["hosts"])
             # Both compute at the same moment, each on its own node.
-            assert wait_until(lambda: bool(ranks_by_node(a)) and bool(ranks_by_node(b)), 20), \
-                (ranks_by_node(a), ranks_by_node(b))
+            assert wait_until(lambda: bool(ranks_by_node(d, a)) and bool(ranks_by_node(d, b)), 20), \
+                (ranks_by_node(d, a), ranks_by_node(d, b))
             # mpirun reached the nodes over ssh: no Slurm job step holds the allocation's CPUs.
             steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i %j", "-n", "mpi-two"], env=vcluster.env(),
                                    capture_output=True, text=True, timeout=30, check=False)
             assert steps.returncode == 0 and "orted" not in steps.stdout, steps.stdout
-            assert set(ranks_by_node(a)) == set(d.job(a)["hosts"])
-            assert set(ranks_by_node(b)) == set(d.job(b)["hosts"])
+            assert set(ranks_by_node(d, a)) == set(d.job(a)["hosts"])
+            assert set(ranks_by_node(d, b)) == set(d.job(b)["hosts"])
             d.wait([a, b], timeout=90)
             for j, name in ((a, "j1"), (b, "j2")):
                 assert d.job(j)["state"] == "COMPLETED", (work / f"{name}.out").read_text()

@@ -51,7 +51,7 @@ def test_rigid_c_mpi_job_runs_ranks_per_node_on_each_of_its_hosts(
     assert info["state"] == "COMPLETED", (info, out.read_text())
     assert rank_lines(out) == [(0, "node1"), (1, "node1"), (2, "node2"), (3, "node2"), (4, "node3"), (5, "node3")]
     assert "sum 21" in out.read_text()
-    assert job_ranks(jid) == {}
+    assert job_ranks(jid, daemon.state_dir) == {}
 
 
 def test_moldable_mpi4py_job_gets_one_rank_per_granted_host(daemon: RunningDaemon, workdir: Path) -> None:
@@ -83,12 +83,12 @@ def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir
         working_dir = "."
         time_limit = "1"
     '''))
-    assert wait_until(lambda: sum(len(v) for v in job_ranks(jid).values()) == 2, 20), job_ranks(jid)
+    assert wait_until(lambda: sum(len(v) for v in job_ranks(jid, daemon.state_dir).values()) == 2, 20), job_ranks(jid, daemon.state_dir)
     r = daemon.cli("ecancel", str(jid))
     assert r.returncode == 0, r.stderr
     daemon.wait([jid], timeout=20)
     assert daemon.job(jid)["state"] == "CANCELLED"
-    assert job_ranks(jid) == {}
+    assert job_ranks(jid, daemon.state_dir) == {}
 
 
 @pytest.mark.timeout(90)

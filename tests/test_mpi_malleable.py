@@ -55,18 +55,18 @@ def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, st
         d.wait_event(jid, "registered", count=2, timeout=30)
     hosts = d.job(jid)["hosts"]
     assert len(hosts) == 4
-    assert wait_until(lambda: all(job_ranks(jid).get(h) for h in hosts), 20), job_ranks(jid)
-    grown_on = sorted(job_ranks(jid))
+    assert wait_until(lambda: all(job_ranks(jid, d.state_dir).get(h) for h in hosts), 20), job_ranks(jid, d.state_dir)
+    grown_on = sorted(job_ranks(jid, d.state_dir))
     d.resize(jid, 2)
     info = d.wait_event(jid, "shrunk", timeout=30)
     released = [h for h in hosts if h not in info["hosts"]]
     assert len(released) == 2
-    ranks = job_ranks(jid)
+    ranks = job_ranks(jid, d.state_dir)
     assert not any(ranks.get(h) for h in released), ranks
     d.wait([jid], timeout=60)
     out = (folder / f"{mode}.out").read_text()
     assert d.job(jid)["state"] == "COMPLETED", out
-    assert job_ranks(jid) == {}
+    assert job_ranks(jid, d.state_dir) == {}
     assert sorted(grown_on) == sorted(hosts)
     log = (d.state_dir / "daemon.log").read_text()
     assert f"job {jid}: verified no MPI rank left on {','.join(released)}" in log

@@ -14,7 +14,7 @@ import psutil
 import pytest
 from faults_support import cli, fill, kill9, start
 
-from conftest import write_job
+from conftest import of_job, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,8 +84,7 @@ def test_no_job_starts_while_the_journal_cannot_record_its_start(tmp_path: Path,
     deadline = psutil.time.time() + 4
     while psutil.time.time() < deadline:  # passes run every 0.5 s and cannot commit the start
         assert queue(state)[waiting]["state"] == "PENDING"
-        assert not [p for p in psutil.process_iter(["environ"])
-                    if (p.info["environ"] or {}).get("ELASTIC_JOB_ID") == str(waiting)]
+        assert not [p for p in psutil.process_iter(["environ"]) if of_job(p.info["environ"] or {}, state, waiting)]
         psutil.time.sleep(0.2)
     resource.prlimit(d.record.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     d.wait_event(waiting, "launched", timeout=20)  # recorded, then started
