@@ -81,7 +81,9 @@ def test_after_kill_9_ssh_jobs_rigid_malleable_and_mpi_are_taken_over_and_end_on
     try:
         rigid = d.submit(waiting_job(work, "rigid", 7))
         args = f'["--mca", "btl_tcp_if_include", "{NET}", "--mca", "oob_tcp_if_include", "{NET}"]'
-        mpi = d.submit(jacobi_job(work, "mpi", "spawn", "1", 0.03, points=2000, iterations=800, time_limit="3",
+        # 500 x 30 ms: it must still run when the daemon comes back (~3 s after its start here,
+        # 10 under load); the test waits for its end after everything else.
+        mpi = d.submit(jacobi_job(work, "mpi", "spawn", "1", 0.03, points=2000, iterations=500, time_limit="3",
                                   mpi_fields=f"ranks_per_node = 2, mpirun_args = {args}"))
         assert wait_until(lambda: d.job(mpi)["state"] == "RUNNING" and d.job(rigid)["state"] == "RUNNING", 20)
         mall = d.submit(malleable_job(work))  # the one node left
