@@ -179,8 +179,7 @@ class Payoff:
         # waiting job waits for a resize interval to pass).
         if not take:
             return self._widest_plan(lack, size, now)
-        donors = self._by_width if not take else \
-            sorted(ready, key=lambda r: (-(size[r.job_id] - take.get(r.job_id, 0)), r.job_id))
+        donors = sorted(ready, key=lambda r: (-(size[r.job_id] - take.get(r.job_id, 0)), r.job_id))
         extra: dict[int, int] = {}
         views: dict[int, RunningView] = {}
         for r in donors:
