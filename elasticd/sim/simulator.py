@@ -6,8 +6,9 @@ moment it says so. Reconfiguration cost is charged to the job's progress (WorkPr
 not to the scheduler. Events at one instant are applied together, then the policy is asked
 once; a pass that resized jobs is followed by another at the same instant (nodes freed by a
 shrink start the waiting job), and by a wake-up when the policy's resize interval passes; so
-is a pass that started a malleable job, which registers at once (the daemon asks its policy
-again whenever a job registers: idle nodes may go to it).
+is the instant a malleable job registers: at its start for a trace job, after its measured
+start-up for a replayed one (the daemon asks its policy again whenever a job registers: idle
+nodes may go to it).
 An instant where nothing happened (only the stale end of a job that was resized since, or
 a limit armed before a resize moved it) is no instant at all: the daemon never has one.
 
