@@ -189,9 +189,10 @@ def test_what_if_runs_a_recorded_batch_under_other_policies(state: Path, tmp_pat
     assert rc == 0, err
     rows = {(c[0], c[1]): c for c in (line.split() for line in out.splitlines()[2:])}
     assert set(rows) == {("real", "easy"), ("sim", "easy"), ("sim", "malleable"), ("sim", "fcfs")}, out
-    # The simulator replays the real run of the same jobs under the same policy closely.
     real_makespan, sim_makespan = float(rows["real", "easy"][2]), float(rows["sim", "easy"][2])
-    assert abs(sim_makespan - real_makespan) <= 0.25 * real_makespan, out
+    # Each job is charged the seconds it really spent beyond its model (start-up, a loaded
+    # machine), so the recorded policy replays to the recorded schedule, loaded or not.
+    assert abs(sim_makespan - real_makespan) <= 0.1 * real_makespan, out
     # Under minAgree the malleable jobs are resized.
     assert float(rows["sim", "malleable"][7]) + float(rows["sim", "malleable"][8]) > 0, out
 
