@@ -11,7 +11,10 @@ import pytest
 from conftest import RunningDaemon, write_job
 
 APP = Path(__file__).resolve().parent.parent / "docs" / "examples" / "malleable_app.py"
-ITEMS = 60_000
+# The app's own default: 12.5 s of rounds on 4 nodes. Each `elasticd resize` below is a CLI
+# start-up and a round trip; with 8 busy loops on 2 cores they took ~4 s each, and with
+# 60 000 items the grow landed ~1 s before the job's last round (after it, it is refused).
+ITEMS = 100_000
 
 
 @pytest.mark.timeout(90)
