@@ -91,6 +91,14 @@ def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir
     assert job_ranks(jid, daemon.state_dir) == {}
 
 
+# Open MPI 4.1's rsh launcher forks, the child calls setpgid(0, 0) and execs the agent, and the
+# parent calls setpgid(pid, pid) as well: when the child has already exec'd (a busy machine)
+# the parent's call fails with EACCES and mpirun says so on its stderr. The child is in its
+# own group all the same; any other errno (ESRCH: the child is gone) is not this race.
+BENIGN_SETPGID = re.compile(r"\[[^\]]+\] plm:rsh: Warning: setpgid\((\d+),\1\) failed in parent "
+                            r"with errno=Permission denied\(13\)")
+
+
 @pytest.mark.timeout(90)
 def test_the_readmes_mpi_example_writes_one_line_per_rank_naming_its_host(daemon: RunningDaemon) -> None:
     reason = mpi_skip_reason()
@@ -100,10 +108,14 @@ def test_the_readmes_mpi_example_writes_one_line_per_rank_naming_its_host(daemon
     jid = daemon.submit(example)
     daemon.wait([jid], timeout=60)
     out = example.parent / "out" / f"mpi-hello-{jid}.out"
+    err = out.with_suffix(".err")
     try:
-        assert daemon.job(jid)["state"] == "COMPLETED", out.read_text()
+        assert daemon.job(jid)["state"] == "COMPLETED", (out.read_text(), err.read_text())
         lines = sorted(out.read_text().splitlines())
         hosts = next(e["hosts"] for e in daemon.job(jid)["events"] if e["event"] == "started")
         assert lines == sorted(f"[1,{r}]<stdout>:{r} of 4 on {hosts[r // 2]}" for r in range(4)), lines
+        said = [line for line in err.read_text().splitlines() if not BENIGN_SETPGID.fullmatch(line)]
+        assert said == [], said
     finally:
         out.unlink(missing_ok=True)
+        err.unlink(missing_ok=True)
