@@ -64,6 +64,20 @@ def test_a_shrink_below_preferred_is_made_only_when_the_wait_saved_outweighs_the
     assert Payoff().decide(snap(0, (patient,), (ending_soon,))) == []
 
 
+def test_idle_nodes_a_starting_job_would_be_lent_at_once_are_given_at_its_start_with_no_grow() -> None:
+    # A malleable job (preferred 8, up to 16) starts on an idle 16-node machine: lending it
+    # the other 8 right after its start would cost a grow (8 s of no progress at alpha = 1);
+    # starting it on 16 costs none, and the 8 beyond its preferred size stay a loan.
+    job = PendingView(1, NOW - 10, M, 2, 16, 8, 3600.0, AMDAHL)
+    assert Payoff().decide(snap(16, (job,), ())) == [Start(1, 16)]
+    # Beside a running malleable job further below its preferred size, that job is lent first.
+    below = running(2, 2, pref=8)
+    assert Payoff().decide(snap(14, (job,), (below,))) == [Start(1, 8), Grow(2, 6)]
+    # A job whose limit is short gains less from them than giving them back costs: none lent.
+    brief = PendingView(1, NOW - 10, M, 2, 16, 8, 5.0, AMDAHL)
+    assert Payoff().decide(snap(16, (brief,), ())) == [Start(1, 8)]
+
+
 def test_with_no_malleable_job_running_it_starts_what_easy_starts() -> None:
     rigid = RunningView(job_id=9, kind=R, size=4, min_nodes=4, max_nodes=4, preferred=4, start_time=NOW - 50,
                         time_limit=100.0, malleable_ready=False, last_resize=None, ending=False)
