@@ -76,7 +76,7 @@ class Trace:
     first_bad: str = ""  # the first malformed line and what is wrong with it
 
     def report(self) -> str:
-        parts = [f"{self.name}: {len(self.jobs)} jobs kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
+        parts = [f"{self.name}: {_plural(len(self.jobs), 'job', 'jobs')} kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
         if self.dropped:
             parts.append("dropped " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())))
         if self.adjusted:
