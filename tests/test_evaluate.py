@@ -49,6 +49,11 @@ def test_evaluate_writes_the_report_csv_and_readme_table_with_spread_and_resumes
     assert again.returncode == 0, again.stderr
     assert len((out / "runs.jsonl").read_text().splitlines()) == 8
     assert (out / "REPORT.md").read_text() == report
+    # Resumed with another reading of the trace: refused, naming what changed, runs kept.
+    other = evaluate(out, readme, "--resume", "--max-jobs", "200")
+    assert other.returncode != 0 and "max_jobs 300, now 200" in other.stderr, other.stderr
+    assert "Traceback" not in other.stderr
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 8
 
 
 def test_the_report_checks_payoff_against_its_targets_and_says_which_cannot_be_met() -> None:

@@ -41,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
     e.add_argument("--warmup", type=float, default=43200.0, metavar="S", help="seconds excluded at the start (12 h)")
     e.add_argument("--workers", type=int, default=None, help="parallel runs (default: all cores)")
-    e.add_argument("--resume", action="store_true", help="keep the runs already in OUT/runs.jsonl")
+    e.add_argument("--resume", action="store_true",
+                   help="keep the runs already in OUT/runs.jsonl (refused if made with another reading of a trace "
+                        "or warm-up: OUT/settings.json)")
     e.add_argument("--readme", type=Path, default=None, metavar="README.md",
                    help="also rewrite the README's <!-- BEGIN evaluation --> section")
     e.set_defaults(func=cmd_evaluate)
@@ -81,8 +83,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     fractions = _fractions(args.malleable)
     if args.seeds < 1:
         raise ElasticError("--seeds must be at least 1")
-    if not args.resume and (args.out / "runs.jsonl").exists():
-        (args.out / "runs.jsonl").unlink()
+    settings = {"warmup": args.warmup, "traces": {name: {"reading": readings[name], "max_jobs": args.max_jobs,
+                                                          "nodes": args.nodes, "cores_per_node": args.cores_per_node,
+                                                          "strict": args.strict} for name in sources}}
+    ev.keep_settings(args.out, settings, args.resume)
     runs = ev.plan(list(sources), policies, fractions, args.seeds)
     t0 = time.perf_counter()
     results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())

@@ -98,6 +98,39 @@ class Results:
         return [r for k, r in self.rows.items() if k.trace == trace and k.policy == policy and k.fraction == fraction]
 
 
+SETTINGS_FILE = "settings.json"
+
+
+class SettingsChanged(ElasticError):
+    """--resume on runs made with other settings: the report would mix two experiments."""
+
+    code = "settings_changed"
+
+
+def keep_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
+    """Start out/runs.jsonl afresh, or (resume) keep it only if its runs were made with the
+    same settings: the same reading of each trace (machine size, units, jobs kept), the same
+    warm-up. A trace not run before may be added."""
+    log, saved = out / "runs.jsonl", out / SETTINGS_FILE
+    if not resume:
+        log.unlink(missing_ok=True)
+    elif log.exists() and saved.exists():
+        before = json.loads(saved.read_text())
+        changed = [f"warm-up {before.get('warmup')} s, now {settings['warmup']} s"] \
+            if before.get("warmup") != settings["warmup"] else []
+        for name, now in settings["traces"].items():
+            was = before.get("traces", {}).get(name)
+            if was is not None and was != now:
+                changed.extend(f"{name} {key} {was.get(key)!r}, now {value!r}" for key, value in now.items()
+                               if was.get(key) != value)
+        if changed:
+            raise SettingsChanged(f"{log}: its runs were made with other settings ({'; '.join(changed)}): run "
+                                  "without --resume to start afresh, or give another --out")
+        settings = {**settings, "traces": {**before.get("traces", {}), **settings["traces"]}}
+    out.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(settings, indent=1) + "\n")
+
+
 def run(sources: dict[str, TraceSource], runs: list[EvalRun], out: Path, rule: MalleabilityRule,
         warmup: float, workers: int | None, progress: Any = None) -> Results:
     """Make every run not already in out/runs.jsonl, appending each as it finishes."""
