@@ -105,7 +105,7 @@ def execute_batch(
     state_dir = Path(tempfile.mkdtemp(prefix="elastic-run-"))
     rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
     if announce:
-        print(f"elasticd run: {len(specs)} jobs on {nodes} local nodes, policy {policy} (daemon pid {rec.pid})")
+        print(f"elasticd run: {len(specs)} jobs on {nodes} local nodes, policy {policy} (daemon pid {rec.pid})", flush=True)
     try:
         with _stopped_by_signals(), ControlClient(rec, "elasticd-run") as c:
             t0 = time.monotonic()
