@@ -163,6 +163,14 @@ def test_grow_allocation_adds_a_companion_allocations_node_runs_a_job_there_and_
     assert (run["nodes_at_start"], run["added"], run["released"]) == (1, 1, 1)
 
 
+# --release-idle of the shrink test. Node2 and node3 are idle from the daemon's start until the
+# malleable job grows onto them, and go back to Slurm once idle this long: the job must be
+# submitted, launched over ssh, registered and grown before then (~3 s after the daemon's
+# start unloaded; with 3 s, a loaded machine gave the nodes back first). The job is also
+# shrunk this long after its grow.
+SHRINK_RELEASE_IDLE = 10.0
+
+
 @pytest.mark.timeout(170)
 def test_release_policy_shrink_takes_lent_nodes_back_from_a_malleable_job_and_gives_them_to_slurm(
     vcluster: VCluster, tmp_path: Path  # noqa: F811
@@ -172,17 +180,20 @@ def test_release_policy_shrink_takes_lent_nodes_back_from_a_malleable_job_and_gi
     state = tmp_path / "state"
     env = vcluster.env(ELASTIC_STATE_DIR=str(state))
     # minAgree lends every idle node to the malleable job: no node is ever idle while it runs.
-    script = (f"elasticd start --launcher ssh --kill-wait 1 --policy malleable --release-idle 3 "
-              f"--release-policy shrink && {HOLD}")
+    script = (f"elasticd start --launcher ssh --kill-wait 1 --policy malleable "
+              f"--release-idle {SHRINK_RELEASE_IDLE:g} --release-policy shrink && {HOLD}")
     with allocation(vcluster, tmp_path, script, env, name="shrinkjob") as salloc:
         d = daemon_in(state, salloc, tmp_path, "shrinkjob")
         try:
+            mall = d.submit(recorder_job(work, "{ min = 1, max = 3, preferred = 1 }"))  # first: the idle clock runs
             job = main_job(d)
-            mall = d.submit(recorder_job(work, "{ min = 1, max = 3, preferred = 1 }"))
-            d.wait_event(mall, "registered", timeout=30)
-            assert wait_until(lambda: len(d.job(mall)["hosts"]) == 3, 30), d.job(mall)
-            # Held above its preferred size for 3 s: shrunk to it, and the nodes leave.
+            d.wait_event(mall, "grown", timeout=30)
+            # Held above its preferred size that long: shrunk to it, and the nodes leave.
             info = d.wait_event(mall, "shrunk", timeout=40)
+            grown = next(e for e in info["events"] if e["event"] == "grown")
+            shrunk = next(e for e in info["events"] if e["event"] == "shrunk")
+            assert len(grown["hosts"]) == 3, info["events"]
+            assert shrunk["time"] - grown["time"] >= SHRINK_RELEASE_IDLE - 0.01, info["events"]
             assert len(info["hosts"]) == 1
             assert wait_until(lambda: slurm_nodes(env, job) == info["hosts"], 20), slurm_nodes(env, job)
             assert [n["name"] for n in status(d)["nodes"]] == info["hosts"] == ["node1"]
