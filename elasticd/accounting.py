@@ -23,7 +23,7 @@ _TIMELINE = SIZE_CHANGES | {JobEventKind.ENDED}
 @dataclass(frozen=True)
 class SizeChange:
     time: float
-    event: str  # started, grown, shrunk, released, ended
+    event: str  # started, grown, shrunk, released, requeued (never launched: 0 nodes), ended
     nodes: int  # held from this time on (0 after the end)
     hosts: tuple[str, ...]
     cause: str | None  # who decided: policy, user, app, fault, limit, daemon

@@ -20,6 +20,7 @@ from elasticd.core.events import (
     Launched,
     LaunchFailed,
     LimitReached,
+    NeverLaunched,
     NodeDown,
     NodesAdded,
     NodesRemoved,
@@ -580,6 +581,61 @@ def test_restore_never_reuses_an_id_and_arms_running_jobs_limits_again() -> None
     assert actions == [ArmLimit(a, 70.0)]
     assert new.next_job_id == 40 and new.pending_ids == [b] and new.active_ids == [a]
     assert new.job(a).events[-1].event == "recovered" and new.job(a).events[-1].cause == "daemon"
+
+
+def restarted(old: Core, now: float) -> Core:
+    """A new core that took back `old`'s jobs, as a restarted daemon does from its journal."""
+    new = make_core(old.policy.name)
+    new.restore(list(old.jobs.values()), old.next_order_id, now, old.next_job_id)
+    return new
+
+
+def test_a_start_that_was_never_launched_goes_back_to_its_place_in_the_queue_and_starts_again() -> None:
+    old = make_core("easy")
+    first = start_one(old, "first", 2, 0.0, limit="1:00")
+    old.handle(Launched(0.5, first))
+    lost = submit(old, spec("lost", 2), 1.0).job_id
+    behind = submit(old, spec("behind", 2), 2.0).job_id
+    assert old.handle(PassDue(3.0)) == [Launch(lost, ("n3", "n4"))]  # the daemon dies before it launches
+    core = restarted(old, 10.0)
+    assert core.active_ids == [first, lost] and core.pending_ids == [behind]
+    assert core.handle(NeverLaunched(10.0, lost, "never launched")) == []
+    job = core.job(lost)
+    assert job.state is JobState.PENDING and job.hosts == [] and job.start_time is None
+    assert job.submit_time == 1.0 and core.pending_ids == [lost, behind]  # its place: ahead of `behind`
+    assert [(e.event, e.nodes, e.cause, e.detail) for e in job.events[-3:]] == [
+        ("started", 2, "policy", None), ("recovered", 2, "daemon", "daemon restarted"),
+        ("requeued", 0, "daemon", "never launched")]
+    assert job.node_seconds == 2 * 7.0  # it held its nodes from its start to the restart
+    assert core.nodes.free_count == 2
+    assert core.handle(PassDue(10.0)) == [Launch(lost, ("n3", "n4"))]
+    assert core.job(lost).start_time == 10.0 and core.pending_ids == [behind]
+    # The policies' view of its progress starts at the start that ran.
+    assert next(v for v in core.snapshot(11.0).running if v.job_id == lost).history == ((10.0, 2),)
+
+
+def test_a_start_never_launched_of_a_job_being_cancelled_ends_cancelled_not_requeued() -> None:
+    core = make_core()
+    jid = start_one(core, "a", 2, 0.0)
+    assert core.handle(CancelRequested(1.0, jid)) == [Terminate(jid, ("n1", "n2"), JobState.CANCELLED)]
+    core = restarted(core, 5.0)
+    core.handle(NeverLaunched(5.0, jid, "never launched"))
+    job = core.job(jid)
+    assert job.state is JobState.CANCELLED and job.reason == "cancelled by user" and core.pending_ids == []
+    assert job.events[-1].event == "ended" and job.events[-1].cause == "user"
+    assert core.nodes.free_count == 4
+
+
+def test_a_launched_job_is_never_requeued() -> None:
+    core = make_core()
+    jid = start_one(core, "a", 2, 0.0)
+    core.handle(Launched(0.5, jid))
+    core = restarted(core, 5.0)
+    with pytest.raises(InvalidTransition, match="launched"):
+        core.handle(NeverLaunched(5.0, jid, "never launched"))
+    assert core.job(jid).state is JobState.RUNNING and core.active_ids == [jid]
+    with pytest.raises(InvalidTransition):
+        core.handle(NeverLaunched(5.0, submit(core, spec("b", 1), 5.0).job_id, "pending"))
 
 
 def test_every_history_entry_names_who_decided_it() -> None:

@@ -350,3 +350,85 @@ def test_elasticd_start_after_a_crash_says_how_many_jobs_it_took_back(tmp_path: 
         assert "1 job(s) recovered from the journal" in r.stdout, r.stdout
     finally:
         cli("elasticd", "stop")
+
+
+# ---- killed between a start and its launch ------------------------------------------------
+GATED_NODES = 32
+
+
+@pytest.mark.timeout(150)
+def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in_their_place_and_run_once(
+        tmp_path: Path) -> None:
+    """One pass starts 32 jobs at once (their starts committed together) and their processes
+    are launched one after another; the first one to run kills the daemon (SIGKILL), so the
+    jobs after it were started in the journal and never launched. The restarted daemon puts
+    those back in the queue ahead of the jobs submitted after them (same ids, same submit
+    times, a `requeued` entry saying why) and starts them again, and leaves the launched ones
+    running: every job's command runs exactly once, and the event log replays."""
+    folder = tmp_path / "work"
+    launches = folder / "launches"
+    launches.mkdir(parents=True)
+    gate = folder / "gate"
+    ds = Daemons(tmp_path / "state", GATED_NODES, [])
+    try:
+        d = ds.start()
+        pid = d.record.pid
+        # Holds every node until the gate opens, so that the jobs behind it start in one pass.
+        blocker = d.submit(write_job(folder, "blocker", f'''
+            name = "blocker"
+            command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done"]
+            nodes = {GATED_NODES}
+            working_dir = "{folder}"
+        '''))
+        # The first of them to run kills the daemon (mkdir: exactly one does).
+        body = f"mkdir {folder}/killed 2>/dev/null && kill -9 {pid}; echo $$ >> {launches}/$ELASTIC_JOB_ID; exec sleep 120"
+        files = [write_job(folder, f"job{i:02d}", f'''
+            name = "job{i:02d}"
+            command = ["sh", "-c", "{body}"]
+            nodes = 1
+            working_dir = "{folder}"
+        ''') for i in range(GATED_NODES + 6)]
+        r = d.cli("esubmit", "--parsable", *map(str, files))
+        assert r.returncode == 0, r.stderr
+        ids = [int(x) for x in r.stdout.split()]
+        first, behind = ids[:GATED_NODES], ids[GATED_NODES:]
+        assert wait_until(lambda: d.job(blocker)["state"] == "RUNNING", 10)
+        submitted = {j: info["submit_time"] for j, info in d.jobs(*ids).items()}
+
+        gate.touch()
+        psutil.Process(pid).wait(30)
+        d = ds.start()
+        jobs = d.jobs(*ids)
+        assert not [j for j, info in jobs.items() if info["state"] in ("NODE_FAIL", "FAILED")], jobs
+        requeued = [j for j in first if "requeued" in [e["event"] for e in jobs[j]["events"]]]
+        assert requeued, "every job was launched before the daemon was killed: the window was missed"
+        assert wait_until(lambda: all(j["state"] == "RUNNING" for j in d.jobs(*first).values()), 30)
+        jobs = d.jobs(*ids)
+        assert [j for j in ids if jobs[j]["state"] == "PENDING"] == behind  # the requeued ones went first
+        for j in first:
+            events = [e["event"] for e in jobs[j]["events"]]
+            assert jobs[j]["submit_time"] == submitted[j]
+            if j in requeued:
+                assert events[-5:] == ["started", "recovered", "requeued", "started", "launched"], events
+                why = jobs[j]["events"][-3]
+                assert why["cause"] == "daemon" and "never launched" in why["detail"], why
+            else:
+                assert events.count("started") == 1 and events[-2:] in (["recovered", "launched"],
+                                                                         ["launched", "recovered"]), events
+        # Every job's command ran once, and runs still: the launched ones were never started again.
+        assert wait_until(lambda: all((launches / str(j)).exists() for j in first), 10)
+        for j in first:
+            starts = (launches / str(j)).read_text().split()
+            assert len(starts) == 1, f"job {j} ran {len(starts)} times"
+            assert alive(int(starts[0])), f"job {j}: its process is gone"
+        assert (folder / "killed").is_dir() and len(requeued) < len(first)
+        q = d.cli("equeue")
+        assert q.returncode == 0 and "CONFIGURING" not in q.stdout, q.stdout
+
+        assert d.cli("ecancel", *map(str, ids)).returncode == 0
+        d.wait(ids, timeout=30)
+        r = d.cli("elasticd", "replay", str(d.state_dir))
+        assert r.returncode == 0 and "all as recorded" in r.stdout, r.stdout + r.stderr
+        assert (d.state_dir / "events.jsonl").read_text().count('"type":"NeverLaunched"') == len(requeued)
+    finally:
+        ds.close()

@@ -33,6 +33,7 @@ from elasticd.core.events import (
     Launched,
     LaunchFailed,
     LimitReached,
+    NeverLaunched,
     NodeDown,
     NodesAdded,
     NodesRemoved,
@@ -89,6 +90,12 @@ def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
     events = job.events
     seen = job._history_seen
     if seen != len(events):
+        for i in range(len(events) - 1, seen - 1, -1):
+            if events[i].event is K.REQUEUED:
+                # A start that went back to the queue was never launched: nothing ran then,
+                # and the job's history begins at its next start.
+                job._history, seen = (), i + 1
+                break
         new = tuple([(e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES])
         if new:
             job._history += new
@@ -164,6 +171,7 @@ class Core:
             Exited: self._exited,
             HostsGone: self._hosts_gone,
             JobLost: self._lost,
+            NeverLaunched: self._never_launched,
             LimitReached: self._limit_reached,
             OutputLimitReached: self._output_limit,
             Registered: self._registered,
@@ -440,6 +448,44 @@ class Core:
         if not job.state.holds_nodes:
             raise InvalidTransition(f"job {ev.job_id}: lost while {job.state.value}")
         self._finish(job, ev.time, JobState.NODE_FAIL, None, None, ev.why, ev.cause)
+        return []
+
+    def _never_launched(self, ev: NeverLaunched) -> list[Action]:
+        """Back to the queue: the job keeps its id, its submit time and so its place (the
+        queue is in id order), and its nodes are free for the next pass, which starts it
+        again like any pending job. A job that was being ended (cancelled while its launch
+        was on its way) ends as asked instead: nothing of it ran, nothing is left to end."""
+        job = self._mut(ev.job_id)
+        if not job.state.holds_nodes or job.launched:
+            raise InvalidTransition(f"job {ev.job_id}: reported never launched while "
+                                    f"{'launched' if job.launched else job.state.value}")
+        now = ev.time
+        if job.ending_as is not None:
+            cause = next((e.cause for e in reversed(job.events) if e.event is K.ENDING and e.cause), ev.cause)
+            self._finish(job, now, job.ending_as, None, None, job.reason, cause)
+            return []
+        job.account(now)
+        held = self.nodes.release_all(job.job_id)
+        if held != len(job.hosts):
+            raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
+        self._forget_active(job.job_id)
+        if job.order is not None:  # none can be open before a launch; dropped all the same
+            job.record(now, K.ORDER_DROPPED, ev.cause, f"order {job.order.order_id}: job requeued")
+            job.order = None
+        job.leaving.clear()
+        job.release_cause = None
+        job.requested = 0
+        job.requested_at = None
+        job.malleable_ready = False
+        job.state = JobState.PENDING
+        job.hosts = []
+        job.start_time = None
+        job.limit_used, job.limit_since, job.limit_due = 0.0, None, None
+        job.account(now)
+        job.record(now, K.REQUEUED, ev.cause, ev.why)
+        self._pending[job.job_id] = self._pending_view(job)
+        self._pending = dict(sorted(self._pending.items()))
+        self._pending_tuple = None
         return []
 
     # ---- submission and scheduling ---------------------------------------------------

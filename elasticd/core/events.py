@@ -56,12 +56,14 @@ class JobEventKind(StrEnum):
     CANCELLED = "cancelled"
     NODE_FAILED = "node_failed"
     RECOVERED = "recovered"
+    REQUEUED = "requeued"
 
 
 # The entries after which a job holds a different number of nodes (for the policies that
 # replay a job's progress, for accounting, for the simulator's outcomes): defined here once.
+# A requeued job holds none again (its start was never launched; see NeverLaunched).
 SIZE_CHANGES: frozenset[JobEventKind] = frozenset(
-    {JobEventKind.STARTED, JobEventKind.GROWN, JobEventKind.SHRUNK, JobEventKind.RELEASED}
+    {JobEventKind.STARTED, JobEventKind.GROWN, JobEventKind.SHRUNK, JobEventKind.RELEASED, JobEventKind.REQUEUED}
 )
 
 
@@ -167,6 +169,17 @@ class JobLost(_Event):
     job_id: int
     why: str
     cause: ClassVar[Cause] = Cause.FAULT
+
+
+@dataclass(frozen=True, slots=True)
+class NeverLaunched(_Event):
+    """After a daemon restart: the job's start was recorded but not its launch, and no process
+    of it exists on any of its hosts (all of them checked). It never ran, so it can simply be
+    started again: it goes back to the queue, as Slurm requeues a job whose launch failed
+    before it ran, rather than ending as a failure (JobLost) for a crash of the daemon."""
+
+    job_id: int
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +317,7 @@ class NodesRemoved(_Event):
 
 Event = (
     Submitted | CancelRequested | ResizeRequested | HoldReleased | StopRequested | PassDue
-    | Launched | LaunchFailed | Exited | HostsGone | JobLost | LimitReached | OutputLimitReached
+    | Launched | LaunchFailed | Exited | HostsGone | JobLost | NeverLaunched | LimitReached | OutputLimitReached
     | Registered | Unregistered | ShrinkAnswered | GrowAnswered | OrderRefused | OrderDeferred
     | OrderDeadline | OrderUndeliverable | NodesRequested | HostsReleased | NodeDown | NodeUp
     | NodesAdded | NodesRemoved

@@ -220,6 +220,8 @@ class Daemon:
         self.space_warning: str | None = None
         self._write_error_logged = 0.0
         self._restored_limits: list[Action] = []
+        # While the jobs of a previous daemon are taken back, no pass runs (see _recover).
+        self._recovering = False
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
         self.allocation: AllocationResizer | None = None
 
@@ -472,7 +474,20 @@ class Daemon:
                 del marks[next(iter(marks))]
 
     async def _recover(self) -> None:
-        """Find the processes of the jobs that were running and settle what was in flight."""
+        """Find the processes of the jobs that were running and settle what was in flight.
+        No pass runs meanwhile: a requeued job is started again only once whatever its cut
+        short launch left is ended (_end_strays)."""
+        self._recovering = True
+        try:
+            await self._take_back()
+            await self._end_strays()
+        finally:
+            self._recovering = False
+        self._schedule_soon()
+
+    async def _take_back(self) -> None:
+        """Each job that held nodes: its processes found again and watched; or, none found,
+        requeued if its launch was never recorded (it never ran), else NODE_FAIL."""
         now = self.now()
         adopt = getattr(self.launcher, "adopt", None)
         limits = {a.job_id: a for a in self._restored_limits if isinstance(a, ArmLimit)}
@@ -481,6 +496,16 @@ class Daemon:
             found: list[str] = []
             if adopt is not None:
                 found = await adopt(jid, tuple(job.hosts), self._job_dir(jid))
+            if not found and not job.launched and adopt is not None and self._all_checked(job.hosts):
+                # Started, but the previous daemon died before it launched anything: the job
+                # never ran. Back to the queue; whatever a launch left half-started (a wrapper
+                # that had not yet recorded itself) carries the job's tag and is ended below,
+                # before any pass can start the job again.
+                why = "started, but never launched: the daemon stopped before its processes were started"
+                log.warning("job %d: %s; back in the queue", jid, why)
+                self._do(ev.NeverLaunched(now, jid, why))
+                self._job_ended(jid)
+                continue
             if not found:
                 why = ("its processes were gone when the daemon restarted" if adopt is not None
                        else f"the {self.config.launcher} launcher cannot find processes again after a restart")
@@ -489,6 +514,12 @@ class Daemon:
                 self._job_ended(jid)
                 continue
             log.info("job %d: found again on %s", jid, ",".join(found))
+            if not job.launched:
+                # Launched by the previous daemon, which died before it recorded so.
+                missing = [h for h in job.hosts if h not in found]
+                if missing:
+                    log.warning("job %d: its launch was cut short: no process on %s", jid, ",".join(missing))
+                self._do(ev.Launched(now, jid))
             if jid in limits:
                 self._arm_limit(limits[jid])
             order = job.order
@@ -508,8 +539,12 @@ class Daemon:
                         now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
                 self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
-        await self._end_strays()
-        self._schedule_soon()
+
+    def _all_checked(self, hosts: list[str]) -> bool:
+        """Whether the launcher could look at every one of these hosts: on a node that is
+        down, a process it did not find may still run."""
+        nodes = self.core.nodes
+        return not any(h in nodes.down or h in nodes.gone for h in hosts)
 
     async def _end_strays(self) -> None:
         """Processes of jobs this daemon does not run (lost with a damaged journal, salvaged
@@ -726,8 +761,8 @@ class Daemon:
 
     def _run_schedule(self) -> None:
         self._schedule_pending = False
-        if self.stopping:
-            return
+        if self.stopping or self._recovering:
+            return  # after recovery: a requeued job is started only once its strays are ended
         if self._short_of_space():
             return
         try:
@@ -1039,6 +1074,9 @@ class Daemon:
             return
         log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
         self._do(ev.Launched(self.now(), a.job_id))
+        # Saved at once, before the job is shown RUNNING: after a crash, a recorded start
+        # without a recorded launch (and no process found) is requeued, not failed.
+        self.persist()
         if job.ending_as is not None:
             # Cancelled while its processes were being started.
             await self.launcher.terminate(a.job_id, a.hosts)

@@ -64,7 +64,7 @@ def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
     for j in queue.jobs:
         prev = 0
         for e in j.events:
-            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "ended"):
+            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "requeued", "ended"):
                 n = 0 if e.event == "ended" else e.nodes
                 busy.append((e.time - t0, n - prev))
                 prev = n

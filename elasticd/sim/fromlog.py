@@ -75,11 +75,14 @@ def load(path: Path) -> LoggedRun:
 def _overhead(real: Job, sim: SimJob) -> float:
     """Seconds the real job spent beyond its model (see the module's docstring)."""
     assert real.start_time is not None and real.end_time is not None
-    sizes = [e.nodes for e in real.events if e.event in SIZE_CHANGES]
+    # From its last start: one that went back to the queue (requeued) ran nothing.
+    requeued = [i for i, e in enumerate(real.events) if e.event is JobEventKind.REQUEUED]
+    run = real.events[requeued[-1] + 1:] if requeued else real.events
+    sizes = [e.nodes for e in run if e.event in SIZE_CHANGES]
     if len(set(sizes)) == 1:
         modelled = sim.work / sim.speedup.speedup(sizes[0])
         return max(0.0, real.end_time - real.start_time - modelled)
-    registered = next((e.time for e in real.events if e.event is JobEventKind.REGISTERED), None)
+    registered = next((e.time for e in run if e.event is JobEventKind.REGISTERED), None)
     return max(0.0, registered - real.start_time) if registered is not None else 0.0
 
 

@@ -149,7 +149,7 @@ def job_colors(jobs: list[Any]) -> dict[int, int]:
 def _segments(j: Any) -> list[tuple[float, float, tuple[str, ...]]]:
     """(from, to, hosts) of each stretch a job held the same hosts."""
     segs = [(e.time, tuple(e.hosts)) for e in j.events
-            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "ended")]
+            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "requeued", "ended")]
     return [(ta, tb, hosts) for (ta, hosts), (tb, _) in itertools.pairwise(segs) if hosts and tb > ta]
 
 
