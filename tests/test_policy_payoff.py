@@ -73,6 +73,15 @@ def test_idle_nodes_a_starting_job_would_be_lent_at_once_are_given_at_its_start_
     # Beside a running malleable job further below its preferred size, that job is lent first.
     below = running(2, 2, pref=8)
     assert Payoff().decide(snap(14, (job,), (below,))) == [Start(1, 8), Grow(2, 6)]
+    # Behind a blocked head, only nodes the head does not need at its reservation: a job just
+    # started has no application registered to give a loan back through (in the daemon it
+    # may never register). 5 nodes: a rigid job holds 2 until NOW + 60; the head needs 4
+    # then; a long malleable job is backfilled on the one node the head leaves, and no more.
+    rigid = RunningView(job_id=9, kind=R, size=2, min_nodes=2, max_nodes=2, preferred=2, start_time=NOW - 10,
+                        time_limit=70.0, malleable_ready=False, last_resize=None, ending=False)
+    head = waiting(3, 4)
+    long = PendingView(4, NOW - 5, M, 1, 3, 1, 3600.0, AMDAHL)
+    assert Payoff().decide(snap(3, (head, long), (rigid,), total=5)) == [Start(4, 1)]
     # A job whose limit is short gains less from them than giving them back costs: none lent.
     brief = PendingView(1, NOW - 10, M, 2, 16, 8, 5.0, AMDAHL)
     assert Payoff().decide(snap(16, (brief,), ())) == [Start(1, 8)]

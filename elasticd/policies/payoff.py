@@ -139,7 +139,8 @@ class Payoff:
             grants = grant_requests(snap, free)
             decisions.extend(grants)
             free -= sum(g.by for g in grants)
-            lent = self._lend(snap, [r for r in ready if r.job_id not in shrinks], starting, free, now)
+            lent = self._lend(snap, [r for r in ready if r.job_id not in shrinks], starting, free,
+                              res.extra if starting else 0, now)
             if lent:
                 widened = {d.job_id: d for d in lent if isinstance(d, Start)}
                 decisions = [widened.get(d.job_id, d) if isinstance(d, Start) else d for d in decisions]
@@ -306,12 +307,17 @@ class Payoff:
 
     # ---- 3. lending idle nodes ------------------------------------------------------------
     def _lend(self, snap: Snapshot, ready: list[RunningView], starting: list[tuple[Start, PendingView]], free: int,
-              now: float) -> list[Grow | Start]:
+              spare: int, now: float) -> list[Grow | Start]:
         """Loans of the idle nodes: Grow orders to running jobs, and wider Starts for the
         malleable jobs this pass starts — a loan made at a job's start costs no
         reconfiguration (lent right after it, the same nodes cost one grow: on NASA iPSC a
         job started on 93 of 128 idle nodes and grown to 128 at once ended 13 s later than
-        rigid, and the next job waited for it)."""
+        rigid, and the next job waited for it).
+
+        A wider start takes only nodes the blocked queue head does not need at its
+        reservation (`spare`, less what is lent before it): a loan is taken back through
+        the job's application, and a job just started has not registered one yet (in the
+        daemon it may never), so its loan must not be what the head waits for."""
         interval = self.min_resize_interval
         takers: list[tuple[float, int, int, RunningView | None, Start | None, PendingView | None]] = [
             (r.size / max(1, r.preferred), r.size, r.job_id, r, None, None) for r in ready
@@ -332,10 +338,11 @@ class Payoff:
                     out.append(Grow(job_id, k))
             else:
                 assert start is not None and v is not None
-                k = self._worth_at_start(v, size, min(free, v.max_nodes - size))
+                k = self._worth_at_start(v, size, min(free, spare, v.max_nodes - size))
                 if k > 0:
                     out.append(Start(job_id, size + k))
             free -= k
+            spare -= k
         return out
 
     def _worth_at_start(self, job: PendingView, size: int, k: int) -> int:
