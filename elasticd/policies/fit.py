@@ -28,7 +28,8 @@ Readings where the paper is silent:
   is at the boundary to the first later step of that size. Past the end of its profile it
   holds its nodes until its time limit, as an unprofiled job.
 - Moldable and malleable jobs (fit resizes no job itself) take, when they start, as many
-  nodes as stay free for their limit, as under conservative backfilling.
+  nodes as stay free for their limit, as under conservative backfilling, and are planned
+  until their limit on that size (the core's rule, scaled by their model).
 """
 
 from __future__ import annotations
@@ -207,7 +208,14 @@ class EvolvingFit:
                 n = steps[0][1]
                 if len(steps) == 1 and job.kind in (JobKind.MOLDABLE, JobKind.MALLEABLE):
                     n = start_size(job, min(free, prof.min_free(now, now + steps[0][0]))) or n
-                    steps = [(steps[0][0], n)]
+                    # Planned for its limit on the n nodes it takes, which the core scales
+                    # by its model (shorter than on its fewest, so inside the window just
+                    # checked): planned to the longer one, the map would hold its nodes
+                    # after the core ends it, and a later job could take nodes the head
+                    # would get then.
+                    limit = limit_at(job, n)
+                    steps = [(math.inf if limit is None else float(limit), n)]
+                    durations = [steps[0][0]]
                 out.append(Start(job.job_id, n))
                 free -= n
             t = start
