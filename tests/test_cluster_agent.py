@@ -106,3 +106,31 @@ def test_watch_reports_exits_and_heartbeats_and_ends_with_its_channel(tmp_path: 
         if w.poll() is None:
             w.kill()
             w.wait()
+
+
+def test_spawn_answers_at_once_for_a_fifo_nobody_reads_and_the_job_writes_once_a_reader_comes(
+        tmp_path: Path) -> None:
+    """The open that waits for a reader is the job's own: a spawn that waited would hold the
+    node's SSH call thread until it timed out and the node was taken for down."""
+    os.mkfifo(tmp_path / "job.fifo")
+    answer = spawn(tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 4"], "6.1", out="job.fifo")
+    assert answer.startswith("ok ")
+    assert wait_file(tmp_path / "st" / "6.1.run")
+    assert not (tmp_path / "st" / "6.1.st").exists()  # still waiting for its reader
+    with open(tmp_path / "job.fifo") as f:
+        assert f.read() == "out\nerr\n"
+    assert wait_file(tmp_path / "st" / "6.1.st") == "4 0"
+
+
+def test_a_command_that_cannot_start_is_an_error_even_when_its_fifo_has_no_reader(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "job.fifo")
+    assert spawn(tmp_path, ["no-such-command-xyz"], "7.1", out="job.fifo") == \
+        "error command not found: no-such-command-xyz"
+    assert not (tmp_path / "st" / "7.1.run").exists()
+
+
+def test_end_of_a_job_waiting_for_its_fifos_reader_is_one_sigterm(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "job.fifo")
+    pgid = int(spawn(tmp_path, ["sh", "-c", "echo never read"], "8.1", out="job.fifo").split()[1])
+    assert agent("end", "0", "30", str(tmp_path / "st"), f"8.1:{pgid}") == ["st 8.1 0 15", "gone"]
+    assert gone(pgid)

@@ -336,6 +336,44 @@ def test_unreachable_nodes_start_down_and_one_that_comes_back_is_used(vcluster: 
     assert_no_job_process_left()
 
 
+@pytest.mark.timeout(120)
+def test_a_job_whose_output_is_a_fifo_nobody_reads_holds_neither_the_daemon_nor_its_node(
+        vcluster: VCluster, tmp_path: Path) -> None:
+    """The node agent opens the job's files without waiting; the job's own process waits
+    for the FIFO's reader (a spawn that waited would hold the node's SSH calls until it
+    timed out, and the node would be taken for down)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "job.fifo")
+    d = None
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-2]")
+        waiting = d.submit(write_job(work, "waiting", '''
+            name = "waiting"
+            command = ["sh", "-c", "hostname"]
+            nodes = 1
+            working_dir = "."
+            output = "job.fifo"
+            time_limit = "3"
+        '''))
+        assert d.wait_event(waiting, "launched", timeout=30)["hosts"] == ["node1"]
+        other = d.submit(rigid_job(work, 1, "other"))
+        assert wait_until(lambda: d.job(other)["state"] == "RUNNING", 30), d.job(other)
+        assert first_line(work / "other-node2.out") == "node2"
+        assert d.cli("ecancel", str(other)).returncode == 0
+        d.wait([other], timeout=30)
+        assert d.job(waiting)["state"] == "RUNNING" and node_states(d)["node1"] == "allocated"
+        with open(work / "job.fifo") as f:
+            assert f.read() == "node1\n"
+        d.wait([waiting], timeout=30)
+        assert d.job(waiting)["state"] == "COMPLETED", d.job(waiting)
+        assert_no_job_process_left()
+    finally:
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
 @pytest.mark.timeout(150)
 def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_cleaned_on_return(
     vcluster: VCluster, tmp_path: Path

@@ -12,15 +12,23 @@ Each command runs under a small `sh` wrapper (the group leader) that writes its 
 sessions), and a daemon started after a crash cannot wait() for processes that are not
 its children: it finds them again through these files (`adopt`), learns of their end
 from a pidfd (no polling) and of their exit status from the status file.
+
+The daemon opens a job's output files itself (so a path it cannot open fails the launch,
+naming it), without ever waiting on one: an open that would wait -- a FIFO no process reads
+yet, a file under another process's lease -- is left to the job's own process, the wrapper's
+child, which opens it before it execs the command. Only that job waits for its reader, as a
+Slurm job step does; the daemon answers meanwhile and the job is RUNNING (and cancellable).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
 import signal
+import stat
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +53,22 @@ log = logging.getLogger("elasticd.launch.local")
 
 
 # $0 names the job and host (what `adopt` checks, so a reused pid is not taken for the job's);
-# $1 the cgroup to join first ('' for none), $2 the pid file, $3 the status file, the rest the
+# $1 the cgroup to join first ('' for none), $2 the pid file, $3 the status file, $4 and $5
+# the output and error files the command's process opens itself ('' when the daemon opened
+# it; $5 equal to $4: the same file), the rest the command. That process is the one the
+# wrapper waits for, so a SIGTERM while it waits for a FIFO's reader ends it like the
 # command. The wrapper outlives a SIGTERM (it passes it on and waits), so the status it
 # records is the command's own: a command that ignores SIGTERM and is SIGKILLed after the
 # kill-wait ends 0:9, not 0:15. A command killed by a signal is reported as that signal
 # again: the wrapper re-raises it on itself (not the stop signals, 147-150, which would only
-# suspend it).
+# suspend it). An output file the command's process cannot open after all ends it with
+# status 2 (the shell's, for a failed redirection) before the command runs.
 _WRAPPER = (
-    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; shift 3; '
-    'trap \'kill -TERM $p 2>/dev/null\' TERM HUP INT; "$@" & p=$!; wait $p; c=$?; '
+    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; o=$4; e=$5; shift 5; '
+    'trap \'kill -TERM $p 2>/dev/null\' TERM HUP INT; '
+    '{ if [ -n "$o" ]; then exec >>"$o"; fi; '
+    'if [ -n "$e" ] && [ "$e" = "$o" ]; then exec 2>&1; elif [ -n "$e" ]; then exec 2>>"$e"; fi; '
+    'exec "$@"; } & p=$!; wait $p; c=$?; '
     'while kill -0 $p 2>/dev/null; do wait $p; c=$?; done; echo $c > "$s"; trap - TERM HUP INT; '
     'if [ $c -gt 128 ] && [ $c -lt 160 ] && { [ $c -lt 147 ] || [ $c -gt 150 ]; }; then kill -$((c - 128)) $$; fi; '
     'exit $c'
@@ -258,25 +273,33 @@ class LocalLauncher:
         env = job_environment(req, host, index, hostfile)
         env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)
         cgroup = self.contain.prepare(req.job_id, host)
-        out_fd = _open_output(out_path)
+        out_fd = open_job_output(out_path)
         try:
-            err_fd = out_fd if err_path == out_path else _open_output(err_path)
+            err_fd = out_fd if err_path == out_path else open_job_output(err_path)
             try:
+                # What the daemon could not open without waiting, the command's process opens.
+                later_out = "" if out_fd is not None else str(out_path.absolute())
+                later_err = "" if err_fd is not None else str(err_path.absolute())
+                for path in filter(None, dict.fromkeys((later_out, later_err))):
+                    log.info("job %d on %s: %s would wait for a reader: the job's process opens it",
+                             req.job_id, host, path)
                 proc = await asyncio.create_subprocess_exec(
                     "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), cgroup, str(pid_file), str(status_file),
+                    later_out, later_err,
                     *req.spec.command,
                     cwd=workdir,
                     env=env,
                     stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out_fd,
-                    stderr=err_fd,
+                    stdout=asyncio.subprocess.DEVNULL if out_fd is None else out_fd,
+                    stderr=asyncio.subprocess.DEVNULL if err_fd is None else err_fd,
                     start_new_session=True,
                 )
             finally:
-                if err_fd != out_fd:
+                if err_fd is not None and err_fd != out_fd:
                     os.close(err_fd)
         finally:
-            os.close(out_fd)
+            if out_fd is not None:
+                os.close(out_fd)
         # start_new_session makes the child a session and group leader: pgid == pid.
         return _HostProc(host, proc, proc.pid, status_file)
 
@@ -433,10 +456,34 @@ def _reap(pids: set[int]) -> None:
 
 
 def _open_output(path: Path) -> int:
+    """A file of the daemon's own (in the job's directory): never one that could wait."""
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
         raise LaunchError(f"cannot open output file {path}: {exc.strerror}") from None
+
+
+def open_job_output(path: Path) -> int | None:
+    """The job file's `output`/`error`, opened without waiting: None when the open would wait
+    (a FIFO no process reads yet: ENXIO; a file another process holds a lease on: EAGAIN),
+    for the job's own process to open, so that only it waits. O_NOCTTY: a terminal named as
+    output must not become the daemon's controlling terminal. The descriptor is made
+    blocking again once open: the job's writes to a full pipe wait, as they would anywhere."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.EAGAIN or exc.errno == errno.ENXIO and _is_fifo(path):
+            return None
+        raise LaunchError(f"cannot open output file {path}: {exc.strerror}") from None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _is_fifo(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def _job_exit(procs: list[_HostProc]) -> tuple[int, int]:

@@ -32,14 +32,25 @@ Roles:
 The job's process is the leader of a new session and process group (its pid is the
 PGID the daemon records), so signalling -PGID reaches it and its children, and never
 the monitor, which lives in a session of its own and outlives them to record the status.
+
+The monitor opens the job's output files without waiting, so that `spawn` answers at once
+(a spawn that hung would hold the node's one SSH call thread, then time out and have the
+node taken for down). An open that would wait -- a FIFO no process reads yet, a file under
+another process's lease -- is left to the job's process: it says it started, then opens the
+file (waiting for a reader, as a Slurm job step would) and execs the command. A command
+that cannot be run is still an `error` answer, checked before that open; an open that
+fails after all ends the process with status 2, its reason in the error file if that one
+is open.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
 import signal
+import stat
 import sys
 import time
 from collections.abc import Iterable
@@ -60,9 +71,53 @@ def _report(fd: int, text: str) -> None:
         os.close(fd)
 
 
-def _exec_child(req: dict[str, Any], out_fd: int, err_fd: int, fail_fd: int) -> None:
-    """In the forked child: become a session leader and exec the job's command."""
+_OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOCTTY
+
+
+def _open_output(path: str) -> int | None:
+    """The job's output file opened without waiting; None when the open would wait (ENXIO: a
+    FIFO without a reader; EAGAIN: a lease). Blocking again once open, for the job's writes."""
+    try:
+        fd = os.open(path, _OUTPUT_FLAGS | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.EAGAIN or exc.errno == errno.ENXIO and _is_fifo(path):
+            return None
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _find_program(name: str, env: dict[str, str]) -> str:
+    """What execvpe would run, found before the output is opened; raises as exec would."""
+    if "/" in name:
+        candidates = [name]
+    else:
+        candidates = [os.path.join(d or ".", name) for d in env.get("PATH", os.defpath).split(os.pathsep)]
+    denied = None
+    for path in candidates:
+        if os.path.isfile(path):
+            if os.access(path, os.X_OK):
+                return path
+            denied = path
+    if denied is not None or "/" in name and os.path.exists(name):
+        raise PermissionError(13, "Permission denied", denied or name)
+    raise FileNotFoundError(2, "No such file or directory", name)
+
+
+def _exec_child(req: dict[str, Any], out_fd: int | None, err_fd: int | None, fail_fd: int) -> None:
+    """In the forked child: become a session leader and exec the job's command. An output
+    file the monitor could not open without waiting (its fd None) is opened here once the
+    command is found and `fail_fd` closed (the monitor then reports the start), so that only
+    this process waits for the file's reader."""
     argv = req["argv"]
+    told = fail_fd  # where a failure is told: the monitor, or the job's error file once started
     try:
         os.setsid()
         # Python ignores SIGPIPE and may have other dispositions; the job gets defaults.
@@ -75,16 +130,46 @@ def _exec_child(req: dict[str, Any], out_fd: int, err_fd: int, fail_fd: int) -> 
             os._exit(127)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.execvpe(argv[0], argv, req["env"])
+        if out_fd is not None and err_fd is not None:
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            os.execvpe(argv[0], argv, req["env"])
+        program = _find_program(argv[0], req["env"])
+        os.close(fail_fd)
+        told = 2
+        _open_late(req, out_fd, err_fd)
+        os.execve(program, argv, req["env"])
     except FileNotFoundError:
-        os.write(fail_fd, f"command not found: {argv[0]}".encode())
+        _say(told, f"command not found: {argv[0]}")
     except PermissionError as exc:
-        os.write(fail_fd, f"permission denied: {exc.filename or argv[0]}".encode())
+        _say(told, f"permission denied: {exc.filename or argv[0]}")
     except BaseException as exc:  # noqa: BLE001 - anything at all must reach the daemon
-        os.write(fail_fd, f"cannot start {argv[0]}: {exc}".encode())
+        _say(told, f"cannot start {argv[0]}: {exc}")
     os._exit(127)
+
+
+def _open_late(req: dict[str, Any], out_fd: int | None, err_fd: int | None) -> None:
+    """In the child, its start reported: open the outputs the monitor left (waiting for a
+    FIFO's reader here is the job's own wait). One that cannot be opened after all ends the
+    process with status 2, the reason in the error file if that one is open."""
+    if err_fd is not None:
+        os.dup2(err_fd, 2)
+    try:
+        os.dup2(out_fd if out_fd is not None else os.open(req["out"], _OUTPUT_FLAGS, 0o644), 1)
+        if err_fd is None:
+            os.dup2(1 if req["err"] == req["out"] else os.open(req["err"], _OUTPUT_FLAGS, 0o644), 2)
+    except OSError as exc:
+        _say(2, f"cannot open output file {exc.filename}: {exc.strerror}")
+        os._exit(2)
+
+
+def _say(fd: int, text: str) -> None:
+    """Why the command did not start: to the monitor before the start was reported (fd is
+    its pipe), to the job's error file after (fd 2)."""
+    try:
+        os.write(fd, (text if fd != 2 else f"elastic: {text}\n").encode())
+    except OSError:
+        pass
 
 
 def _monitor(req: dict[str, Any], report_fd: int) -> None:
@@ -95,10 +180,11 @@ def _monitor(req: dict[str, Any], report_fd: int) -> None:
         os.dup2(devnull, fd)  # from here on nothing ties us to the SSH channel
     status_dir, token = req["status_dir"], req["token"]
     os.makedirs(status_dir, mode=0o700, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    # The same files where they are opened, here or in the child (after its chdir).
+    req = {**req, "out": os.path.abspath(req["out"]), "err": os.path.abspath(req["err"])}
     try:
-        out_fd = os.open(req["out"], flags, 0o644)
-        err_fd = out_fd if req["err"] == req["out"] else os.open(req["err"], flags, 0o644)
+        out_fd = _open_output(req["out"])
+        err_fd = out_fd if req["err"] == req["out"] else _open_output(req["err"])
     except OSError as exc:
         _report(report_fd, f"error cannot open output file {exc.filename}: {exc.strerror}")
         return

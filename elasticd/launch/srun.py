@@ -96,7 +96,8 @@ class SrunLauncher(LocalLauncher):
             # srun runs under the local launcher's wrapper, which records its exit status
             # (the step's): a restarted daemon finds it again (`adopt`) and learns how it ended.
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), "", str(pid_file), str(status_file), *argv,
+                "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), "", str(pid_file), str(status_file), "", "",
+                *argv,
                 env=env, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
             )
         except OSError as exc:

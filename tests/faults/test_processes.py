@@ -141,3 +141,78 @@ def test_elasticd_run_stopped_by_a_signal_ends_its_daemon_and_jobs(tmp_path: Pat
     assert wait_until(lambda: not alive(job_pid), 5), "the batch's job outlived `elasticd run`"
     for p in daemon:
         assert wait_until(lambda p=p: not alive(p.pid), 10), "the batch's daemon outlived `elasticd run`"
+
+
+def _read_fifo(path: Path) -> str:
+    """Be the FIFO's reader: what the job writes to it, up to its end."""
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("field", ["output", "error"])
+def test_a_job_writing_to_a_fifo_nobody_reads_waits_alone_and_its_output_arrives_once_read(
+        tmp_path: Path, daemons: list, field: str) -> None:
+    """Slurm opens a job's files in the job step, not in the controller: the daemon opens
+    them without waiting and leaves a FIFO without a reader to the job's own process."""
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    script = "echo to-stdout; echo to-stderr >&2"
+    waiting = d.submit(job(tmp_path, "waiting", script, **{field: fifo.name}))
+    d.wait_event(waiting, "launched")
+    # The daemon answers its tools while the job waits for a reader, and runs other jobs.
+    r = d.cli("equeue", timeout=20)
+    assert r.returncode == 0 and "waiting" in r.stdout, (r.stdout, r.stderr)
+    other = d.submit(job(tmp_path, "other", "echo other done"))
+    d.wait([other], timeout=30)
+    assert d.job(other)["state"] == "COMPLETED" and (tmp_path / "other.out").read_text() == "other done\n"
+    assert d.job(waiting)["state"] == "RUNNING"
+    # A reader comes: the job's output arrives and the job ends as its command did.
+    got = _read_fifo(fifo)
+    d.wait([waiting], timeout=30)
+    info = d.job(waiting)
+    assert info["state"] == "COMPLETED" and info["exit"] == "0:0", info
+    if field == "output":  # stdout and, with no `error`, stderr
+        assert got == "to-stdout\nto-stderr\n"
+    else:
+        assert got == "to-stderr\n" and (tmp_path / "waiting.out").read_text() == "to-stdout\n"
+
+
+def test_a_job_waiting_for_its_fifos_reader_is_cancelled_by_sigterm_leaving_no_process(
+        tmp_path: Path, daemons: list) -> None:
+    fifo = tmp_path / "job.fifo"
+    os.mkfifo(fifo)
+    d = start(daemons, tmp_path / "state", nodes=1, kill_wait=60.0)
+    jid = d.submit(job(tmp_path, "unread", "echo never read", output=fifo.name))
+    d.wait_event(jid, "launched")
+    pid_file = next((tmp_path / "state" / "jobs").glob(f"{jid}/proc-*.pid"))
+    assert wait_until(lambda: pid_file.read_text().strip().isdigit())
+    group = int(pid_file.read_text())
+    assert d.cli("ecancel", str(jid)).returncode == 0
+    d.wait([jid], timeout=30)  # half the kill-wait: SIGTERM alone ended it
+    info = d.job(jid)
+    assert info["state"] == "CANCELLED" and info["exit"] == "0:15", info
+    assert not [p for p in psutil.process_iter() if _in_group(p, group)]
+
+
+def _in_group(p: psutil.Process, group: int) -> bool:
+    try:
+        return os.getpgid(p.pid) == group and p.status() != psutil.STATUS_ZOMBIE
+    except (ProcessLookupError, psutil.Error):
+        return False
+
+
+def test_an_output_path_that_cannot_be_opened_as_a_file_still_fails_the_launch_naming_it(
+        tmp_path: Path, daemons: list) -> None:
+    """Only an open that would wait is left to the job; one that fails is named at launch as before
+    (a listening UNIX socket answers an open like a FIFO without a reader: ENXIO)."""
+    import socket
+
+    sock_path = tmp_path / "a.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock_path))
+        d = start(daemons, tmp_path / "state", nodes=1, kill_wait=1.0)
+        jid = d.submit(job(tmp_path, "sock", "true", output=sock_path.name))
+        d.wait([jid], timeout=20)
+    info = d.job(jid)
+    assert info["state"] == "FAILED" and f"cannot open output file {sock_path}" in (info["reason"] or ""), info
