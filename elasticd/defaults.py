@@ -11,3 +11,4 @@ MIN_RESIZE_INTERVAL = 10.0  # s between two resizes of one job (malleable polici
 SCHEDULE_INTERVAL = 5.0  # s: the policy also runs this often while jobs exist
 MIN_FREE_SPACE_MIB = 64  # no job starts while the state directory's file system has less free
 OUTPUT_CAP_MIB = 1024  # a job's output files in all; past it the job is ended, FAILED
+FS_WAIT = 30.0  # s a launch waits for the file system of the job's paths (ELASTIC_FS_WAIT)

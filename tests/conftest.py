@@ -238,6 +238,46 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=10)
 
 
+@dataclass
+class FreezableFs:
+    """An 8 MiB ext4 file system that `freeze` makes hang like an NFS mount whose server is
+    gone: whatever writes to it, a new file's open included, waits (uninterruptibly) until
+    `thaw`."""
+
+    mount: Path
+
+    def freeze(self) -> None:
+        subprocess.run(["fsfreeze", "--freeze", str(self.mount)], check=True, timeout=10)
+
+    def thaw(self) -> None:
+        subprocess.run(["fsfreeze", "--unfreeze", str(self.mount)], check=False, capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def freezable_fs(tmp_path: Path) -> Iterator[FreezableFs]:
+    """Needs root (mount, a loop device) and e2fsprogs, util-linux; thawed and unmounted at the
+    end, before the daemons a test started are stopped (request it after `daemons`)."""
+    import shutil
+
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("mount", "mkfs.ext4", "fsfreeze")):
+        pytest.skip("needs root, mkfs.ext4 and fsfreeze to make a file system hang")
+    image, mnt = tmp_path / "fs.img", tmp_path / "frozen"
+    mnt.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(8 << 20)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True, timeout=30)
+    r = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=False, capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a loop device here: {r.stderr.strip()}")
+    fs = FreezableFs(mnt)
+    try:
+        yield fs
+    finally:
+        fs.thaw()
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
 @pytest.fixture
 def daemons() -> Iterator[list[RunningDaemon]]:
     """Daemons a test starts (append them): each stopped, or its pid ended, at the end, and

@@ -1107,15 +1107,23 @@ class Daemon:
 
     async def _watch_outputs(self) -> None:
         """End a job whose output passes its cap before it fills the file system (checked every
-        output_check_interval seconds: it may write that long past the cap)."""
+        output_check_interval seconds: it may write that long past the cap). The files are
+        the jobs' own: their sizes are asked from a thread, which a hung file system holds
+        (no cap is checked meanwhile), never the event loop."""
         while not self.stopping:
             await asyncio.sleep(self.config.output_check_interval)
-            for jid, files in list(self._outputs.items()):
+            watched = {jid: files for jid, files in self._outputs.items()
+                       if (job := self.core.jobs.get(jid)) is not None and job.state.holds_nodes
+                       and job.ending_as is None}
+            if not watched:
+                continue
+            all_sizes = await asyncio.to_thread(_sizes, [f for fs in watched.values() for f in fs])
+            for jid, files in watched.items():
                 job = self.core.jobs.get(jid)
                 if job is None or not job.state.holds_nodes or job.ending_as is not None:
                     continue
                 cap = job.spec.output_cap << 20 if job.spec.output_cap is not None else self.config.output_cap
-                sizes = {f: _size(f) for f in files}
+                sizes = {f: all_sizes.get(f, 0) for f in files}
                 total = sum(sizes.values())
                 if total > cap:
                     worst = max(sizes, key=sizes.__getitem__)
@@ -1176,6 +1184,10 @@ async def _listen(server: LineServer, host: str, port: int, what: str) -> asynci
         log.warning("%s channel: port %d is taken (%s); listening on another one: applications "
                     "of recovered jobs cannot reconnect", what, port, exc.strerror)
         return await server.start(host, 0)
+
+
+def _sizes(paths: list[Path]) -> dict[Path, int]:
+    return {p: _size(p) for p in paths}
 
 
 def _size(path: Path) -> int:

@@ -18,21 +18,26 @@ naming it), without ever waiting on one: an open that would wait -- a FIFO no pr
 yet, a file under another process's lease -- is left to the job's own process, the wrapper's
 child, which opens it before it execs the command. Only that job waits for its reader, as a
 Slurm job step does; the daemon answers meanwhile and the job is RUNNING (and cancellable).
+What a launch asks of the job's file system (working_dir, the command, the output files) is
+asked from a thread, never on the event loop: a hung file system holds that thread, and the
+launch fails after ELASTIC_FS_WAIT seconds naming the path, while the daemon goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import shutil
 import signal
 import stat
+import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -50,6 +55,8 @@ from elasticd.launch.base import (
 from elasticd.launch.contain import Containment
 
 log = logging.getLogger("elasticd.launch.local")
+
+_T = TypeVar("_T")
 
 
 # $0 names the job and host (what `adopt` checks, so a reused pid is not taken for the job's);
@@ -207,6 +214,68 @@ async def wait_groups_gone(pgids: set[int], timeout: float) -> bool:
     return await _until(lambda: not group_members(pgids), timeout)
 
 
+def fs_wait() -> float:
+    """How long a launch waits for the file system of a job's paths (ELASTIC_FS_WAIT seconds,
+    default defaults.FS_WAIT) before it fails, naming the path."""
+    try:
+        return max(0.1, float(os.environ.get("ELASTIC_FS_WAIT", defaults.FS_WAIT)))
+    except ValueError:
+        return defaults.FS_WAIT
+
+
+async def on_job_fs(what: str, fn: Callable[[], _T], discard: Callable[[_T], None], wait: float) -> _T:
+    """`fn` touches the job's own paths, which a hung file system (an NFS server gone) can hold
+    for ever, even with O_NONBLOCK: it runs in a thread of its own, never on the event loop,
+    and the launch waits for it at most `wait` seconds, then fails naming `what`. What `fn`
+    returns after that (file descriptors) is given to `discard`, in its thread."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    lock = threading.Lock()
+    outcome: list[tuple[bool, Any]] = []  # (returned, its value or exception), once
+    abandoned = False
+
+    def wake() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            result: tuple[bool, Any] = (True, fn())
+        except Exception as exc:  # noqa: BLE001 - raised in the launch
+            result = (False, exc)
+        with lock:
+            if abandoned:
+                if result[0]:
+                    discard(result[1])
+                return
+            outcome.append(result)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the daemon has stopped
+            loop.call_soon_threadsafe(wake)
+
+    def give_up() -> bool:
+        """True if `fn` has not returned (its result will be discarded); else it is kept."""
+        nonlocal abandoned
+        with lock:
+            abandoned = not outcome
+            return abandoned
+
+    threading.Thread(target=run, name="elastic-job-fs", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(done), wait)
+    except TimeoutError:
+        if give_up():
+            raise LaunchError(f"{what}: no answer from its file system within {wait:g} s") from None
+    except asyncio.CancelledError:
+        if not give_up() and outcome[0][0]:
+            discard(outcome[0][1])
+        raise
+    returned, value = outcome[0]
+    if not returned:
+        raise value
+    result: _T = value
+    return result
+
+
 class LocalLauncher:
     def __init__(self, on_exit: ExitCallback, on_hosts_gone: HostsGoneCallback, kill_wait: float = defaults.KILL_WAIT,
                  tag: str = "") -> None:
@@ -223,18 +292,18 @@ class LocalLauncher:
     async def launch(self, req: LaunchRequest) -> None:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
         workdir = Path(req.spec.working_dir or Path.home())
-        if not workdir.is_dir():
-            raise LaunchError(f"working_dir {workdir} is not a directory")
         try:
             hostfile = write_hostfile(req)
         except OSError as exc:
             raise LaunchError(f"cannot write the job's hostfile in {req.job_dir}: {exc.strerror}") from None
+        search = job_environment(req, req.hosts[0], 0, hostfile)["PATH"]
+        await on_job_fs(f"working_dir {workdir}", lambda: _check_start(req.spec.command[0], workdir, search),
+                        lambda _: None, fs_wait())
         job = self._jobs.get(req.job_id)
         if job is None:
             if req.joining:
                 raise LaunchError(f"job {req.job_id} has no running processes to join")
             job = self._jobs[req.job_id] = _LocalJob(req.job_id)
-        _check_command(req.spec.command[0], workdir, job_environment(req, req.hosts[0], 0, hostfile)["PATH"])
         started: list[_HostProc] = []
         job.starting += 1
         try:
@@ -273,33 +342,29 @@ class LocalLauncher:
         env = job_environment(req, host, index, hostfile)
         env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)
         cgroup = self.contain.prepare(req.job_id, host)
-        out_fd = open_job_output(out_path)
+        files = f"{out_path}" if err_path == out_path else f"{out_path} or {err_path}"
+        out_fd, err_fd = await on_job_fs(f"cannot open output file {files}", lambda: _open_outputs(out_path, err_path),
+                                         _close_outputs, fs_wait())
         try:
-            err_fd = out_fd if err_path == out_path else open_job_output(err_path)
-            try:
-                # What the daemon could not open without waiting, the command's process opens.
-                later_out = "" if out_fd is not None else str(out_path.absolute())
-                later_err = "" if err_fd is not None else str(err_path.absolute())
-                for path in filter(None, dict.fromkeys((later_out, later_err))):
-                    log.info("job %d on %s: %s would wait for a reader: the job's process opens it",
-                             req.job_id, host, path)
-                proc = await asyncio.create_subprocess_exec(
-                    "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), cgroup, str(pid_file), str(status_file),
-                    later_out, later_err,
-                    *req.spec.command,
-                    cwd=workdir,
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL if out_fd is None else out_fd,
-                    stderr=asyncio.subprocess.DEVNULL if err_fd is None else err_fd,
-                    start_new_session=True,
-                )
-            finally:
-                if err_fd is not None and err_fd != out_fd:
-                    os.close(err_fd)
+            # What the daemon could not open without waiting, the command's process opens.
+            later_out = "" if out_fd is not None else str(out_path.absolute())
+            later_err = "" if err_fd is not None else str(err_path.absolute())
+            for path in filter(None, dict.fromkeys((later_out, later_err))):
+                log.info("job %d on %s: opening %s would wait (a FIFO no process reads yet): the job's "
+                         "process opens it", req.job_id, host, path)
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), cgroup, str(pid_file), str(status_file),
+                later_out, later_err,
+                *req.spec.command,
+                cwd=workdir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL if out_fd is None else out_fd,
+                stderr=asyncio.subprocess.DEVNULL if err_fd is None else err_fd,
+                start_new_session=True,
+            )
         finally:
-            if out_fd is not None:
-                os.close(out_fd)
+            _close_outputs((out_fd, err_fd))
         # start_new_session makes the child a session and group leader: pgid == pid.
         return _HostProc(host, proc, proc.pid, status_file)
 
@@ -479,6 +544,25 @@ def open_job_output(path: Path) -> int | None:
     return fd
 
 
+def _open_outputs(out: Path, err: Path) -> tuple[int | None, int | None]:
+    """Both of a process's files (one descriptor if they are the same file); see open_job_output."""
+    out_fd = open_job_output(out)
+    if err == out:
+        return out_fd, out_fd
+    try:
+        return out_fd, open_job_output(err)
+    except BaseException:
+        if out_fd is not None:
+            os.close(out_fd)
+        raise
+
+
+def _close_outputs(fds: tuple[int | None, int | None]) -> None:
+    for fd in set(fds):
+        if fd is not None:
+            os.close(fd)
+
+
 def _is_fifo(path: Path) -> bool:
     try:
         return stat.S_ISFIFO(path.stat().st_mode)
@@ -504,6 +588,12 @@ def _is_wrapper(pid: int, marker: str) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE and marker in p.cmdline()
     except psutil.Error:
         return False
+
+
+def _check_start(program: str, workdir: Path, path: str) -> None:
+    if not workdir.is_dir():
+        raise LaunchError(f"working_dir {workdir} is not a directory")
+    _check_command(program, workdir, path)
 
 
 def _check_command(program: str, workdir: Path, path: str) -> None:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from faults_support import cli, start
 
-from conftest import BIN, wait_until
+from conftest import BIN, FreezableFs, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,3 +216,34 @@ def test_an_output_path_that_cannot_be_opened_as_a_file_still_fails_the_launch_n
         d.wait([jid], timeout=20)
     info = d.job(jid)
     assert info["state"] == "FAILED" and f"cannot open output file {sock_path}" in (info["reason"] or ""), info
+
+
+@pytest.mark.parametrize("thawed", ["in time", "too late"])
+def test_an_output_file_on_a_hung_file_system_holds_only_its_own_launch(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch, thawed: str) -> None:
+    """Even an open with O_NONBLOCK waits for a hung file system: the daemon opens from a
+    thread, goes on answering and running other jobs, and gives the launch ELASTIC_FS_WAIT
+    seconds before it fails it, naming the path (the thread's late descriptor is closed)."""
+    monkeypatch.setenv("ELASTIC_FS_WAIT", "60" if thawed == "in time" else "3")
+    out = freezable_fs.mount / "hung.out"
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    freezable_fs.freeze()
+    hung = d.submit(job(tmp_path, "hung", "echo written", output=str(out)))
+    r = d.cli("equeue", timeout=20)
+    assert r.returncode == 0 and "hung" in r.stdout, (r.stdout, r.stderr)
+    other = d.submit(job(tmp_path, "other", "echo other done"))
+    d.wait([other], timeout=30)
+    assert d.job(other)["state"] == "COMPLETED" and (tmp_path / "other.out").read_text() == "other done\n"
+    if thawed == "in time":
+        assert "launched" not in d.events(hung)  # still opening its output
+        freezable_fs.thaw()
+        d.wait([hung], timeout=30)
+        assert d.job(hung)["state"] == "COMPLETED" and out.read_text() == "written\n"
+        return
+    d.wait([hung], timeout=30)
+    info = d.job(hung)
+    assert info["state"] == "FAILED", info
+    assert f"cannot open output file {out}: no answer from its file system within 3 s" in (info["reason"] or ""), info
+    freezable_fs.thaw()
+    daemon = psutil.Process(d.record.pid)
+    assert wait_until(lambda: out.exists() and not any(f.path == str(out) for f in daemon.open_files()), 10)
