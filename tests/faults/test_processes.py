@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -27,6 +28,16 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stop_taken_at(state_dir: Path) -> float:
+    """When the daemon took a stop (its log's `stopping:` line; wall clock): a stop timed from
+    there leaves out the `elasticd stop` CLI's own start-up, which alone takes seconds on a
+    loaded machine, and nothing the daemon does."""
+    for line in (state_dir / "daemon.log").read_text().splitlines():
+        if " stopping: ending " in line:
+            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    raise AssertionError(f"no stop in {state_dir / 'daemon.log'}")
+
+
 def job(folder: Path, name: str, script: str, **extra: object) -> Path:
     """A one-host job running `script` under sh; `extra` sets or overrides fields."""
     fields: dict[str, object] = {"name": name, "command": ["sh", "-c", script], "nodes": 1, "time_limit": "2",
@@ -41,13 +52,15 @@ def test_a_job_that_ignores_sigterm_is_killed_exactly_kill_wait_later(tmp_path: 
     jid = d.submit(job(tmp_path, "stubborn", "trap '' TERM; echo ready; sleep 60"))
     d.wait_event(jid, "launched")
     assert wait_until(lambda: (tmp_path / "stubborn.out").exists() and "ready" in (tmp_path / "stubborn.out").read_text())
-    t0 = time.monotonic()
     assert d.cli("ecancel", str(jid)).returncode == 0
     d.wait([jid], timeout=15)
-    took = time.monotonic() - t0
     info = d.job(jid)
     assert info["state"] == "CANCELLED" and info["exit"] == "0:9", info  # SIGKILLed, and says so
-    assert 2.0 <= took < 3.5, took  # SIGTERM once, then exactly kill-wait
+    # From the cancel taken to the end seen, on the daemon's clock (the ecancel CLI's own
+    # start-up, seconds on a loaded machine, is no part of it): SIGTERM once, then kill-wait.
+    times = {e["event"]: e["time"] for e in info["events"]}
+    took = times["ended"] - times["ending"]
+    assert 2.0 <= took < 3.5, (took, info["events"])
 
 
 @pytest.mark.parametrize("escape", [
@@ -63,11 +76,15 @@ def test_processes_a_job_detaches_end_with_the_job(tmp_path: Path, daemons: list
     if mode == "sweep":
         monkeypatch.setenv("ELASTIC_NO_CGROUP", "1")
     pids = tmp_path / "pids"
+    go = tmp_path / "go"
     d = start(daemons, tmp_path / "state", nodes=1, kill_wait=1.0)
-    jid = d.submit(job(tmp_path, "escaper", escape.format(pids=pids) + "\nsleep 1"))
-    assert wait_until(lambda: pids.exists() and pids.read_text().strip().isdigit(), 10)
+    # The job ends once the test has seen its escaped process alive (a job of `sleep 1` had
+    # ended, and taken it along, before a loaded machine's esubmit returned).
+    jid = d.submit(job(tmp_path, "escaper", escape.format(pids=pids) + f"\nwhile [ ! -e {go} ]; do sleep 0.1; done"))
+    assert wait_until(lambda: pids.exists() and pids.read_text().strip().isdigit(), 30)
     escaped = int(pids.read_text())
     assert alive(escaped)
+    go.touch()
     d.wait([jid], timeout=20)
     assert d.job(jid)["state"] == "COMPLETED"
     assert wait_until(lambda: not alive(escaped), 5), f"process {escaped} escaped its job"
@@ -104,9 +121,8 @@ def test_an_unwritable_output_folder_fails_the_launch_and_leaves_the_daemon_resp
     nf = d.submit(notfound)
     d.wait([nf])
     assert d.job(nf)["state"] == "FAILED" and d.job(nf)["exit"] == "127:0"
-    t0 = time.monotonic()
     assert cli(d.state_dir, "elasticd", "stop").returncode == 0
-    assert time.monotonic() - t0 < 1.0 + 5
+    assert time.time() - stop_taken_at(d.state_dir) < 1.0 + 5
 
 
 def test_stop_returns_within_kill_wait_and_five_seconds_with_jobs_that_ignore_sigterm(
@@ -115,10 +131,9 @@ def test_stop_returns_within_kill_wait_and_five_seconds_with_jobs_that_ignore_si
     ids = [d.submit(job(tmp_path, f"s{i}", "trap '' TERM; sleep 60")) for i in range(2)]
     for j in ids:
         d.wait_event(j, "launched")
-    t0 = time.monotonic()
     r = cli(d.state_dir, "elasticd", "stop")
     assert r.returncode == 0, r.stderr
-    assert time.monotonic() - t0 < 2.0 + 5
+    assert time.time() - stop_taken_at(d.state_dir) < 2.0 + 5
     assert not psutil.pid_exists(d.record.pid) or psutil.Process(d.record.pid).status() == psutil.STATUS_ZOMBIE
 
 
