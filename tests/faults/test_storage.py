@@ -74,12 +74,24 @@ def test_no_job_starts_while_the_journal_cannot_record_its_start(tmp_path: Path,
     work = tmp_path / "work"
     work.mkdir()
     d = start(daemons, state, nodes=1, extra=["--min-free-space", "1", "--schedule-interval", "0.5"])
-    blocker = d.submit(sleeper(work, "blocker", 2))
+    # The blocker ends once the journal is limited (a `sleep 2` had ended, and the waiting job
+    # started and been saved, before a loaded machine's second esubmit returned).
+    go = work / "go"
+    blocker = d.submit(write_job(work, "blocker", f'''
+        name = "blocker"
+        command = ["sh", "-c", "while [ ! -e {go} ]; do sleep 0.1; done"]
+        nodes = 1
+        time_limit = "5"
+        working_dir = "{work}"
+        output = "/dev/null"
+    '''))
     waiting = d.submit(sleeper(work, "waiting"))
     d.wait_event(blocker, "launched")
+    assert queue(state)[waiting]["state"] == "PENDING"
     wal = state / "journal.db-wal"
     size = max((state / "journal.db").stat().st_size, wal.stat().st_size if wal.exists() else 0)
     resource.prlimit(d.record.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    go.touch()
     d.wait([blocker], timeout=20)  # it ends on its own: a fact, applied though not saved
     deadline = psutil.time.time() + 4
     while psutil.time.time() < deadline:  # passes run every 0.5 s and cannot commit the start
