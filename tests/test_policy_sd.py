@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from elastic_protocol.jobspec import JobKind
+from elastic_protocol.jobspec import JobKind, PerfModel
 from elasticd.policies import make_policy
 from elasticd.policies.base import (
     Grow,
@@ -124,3 +124,40 @@ def test_idle_nodes_go_back_to_the_jobs_that_lent_them_only_where_no_reservation
     assert decide((lender, r), pending=(h4,)) == [Grow(1, 2)]
     # A job that never lent (started on 2 of its preferred 4) is not grown.
     assert decide((mate(1, 2, pref=4), r), pending=()) == []
+
+
+def test_a_reduced_start_keeps_its_nodes_for_its_limit_scaled_to_that_size() -> None:
+    # Found by the stateful test (2 nodes, t=1): R (rigid, 1 node, limit 960 s) runs; H
+    # (rigid, 2 nodes, no limit) heads the queue, reserved at 960; five 1-node rigid jobs
+    # without a limit wait behind it (they never fit before H). K (malleable 1..2, preferred
+    # 2, limit 660 s at 2 nodes, linear) cannot start on 2 before H. On the 1 idle node its
+    # limit is 660 x S(2)/S(1) = 1320 s (the core's rule): it would hold that node until
+    # 1321 and push H back from 960 -- the map must count that limit, not the 660 s of its
+    # preferred size.
+    r = RunningView(
+        job_id=5, kind=JobKind.RIGID, size=1, min_nodes=1, max_nodes=1, preferred=1, start_time=0.0,
+        time_limit=960.0, malleable_ready=False, last_resize=None, ending=False, submit_time=0.0,
+        history=((0.0, 1),), limit_end=960.0,
+    )
+    h = PendingView(4, 0.0, JobKind.RIGID, 2, 2, 2, None)
+    behind = tuple(PendingView(i, 0.0 if i == 6 else 1.0, JobKind.RIGID, 1, 1, 1, None) for i in range(6, 11))
+    k = PendingView(11, 1.0, M, 1, 2, 2, 660.0, PerfModel(speedup="linear", work=10, alpha=0.5, beta=1.0, b=0.2))
+    policy = make_policy("sd", {"min_resize_interval": 0})
+    assert policy.decide(Snapshot(1.0, 2, 1, (h, *behind, k), (r,))) == []
+    # With R's limit at 1400, H is reserved at 1400 and K's 1320 s on 1 node fit before it.
+    later = replace(r, time_limit=1400.0, limit_end=1400.0)
+    assert policy.decide(Snapshot(1.0, 2, 1, (h, *behind, k), (later,))) == [Start(11, 1)]
+
+
+def test_a_mate_set_must_fit_the_map_for_the_new_jobs_limit_on_the_size_it_starts_on() -> None:
+    # A (malleable, 4 nodes, limit 400) and R (rigid, 4, limit 300) fill 8 nodes; H (rigid,
+    # 8, no limit) heads the queue, reserved at 400. J (preferred 4, limit 200 s at 4,
+    # 400 s of work, linear) cannot start statically before H. A lending 2 starts J on 2,
+    # predicted to end at 300, but its limit there is 400 s: it may hold the 2 nodes until
+    # 500, past A's limit, where the map has none to spare before H. So A is not asked.
+    j = PendingView(3, 100.0, M, 1, 4, 4, 200.0, PerfModel(speedup="linear", work=400))
+    h = PendingView(4, 50.0, JobKind.RIGID, 8, 8, 8, None)
+    r = mate(2, 4, limit=300.0, kind=JobKind.RIGID)
+    assert decide((mate(1, 4, limit=400.0), r), pending=(h, j)) == []
+    # A's allocation lasting to 600 covers J's 400 s on its 2 nodes: A lends.
+    assert decide((mate(1, 4, limit=600.0), r), pending=(h, j)) == [Shrink(1, 2)]

@@ -35,7 +35,9 @@ Whole-node adaptation (the paper shares the cores of a node; elastic moves whole
   not come back (a refused shrink) or the map no longer leaves them to it.
 - A mate set must also fit the map by time limits, which is what every other job's
   reservation was made on: lent nodes count from now until the mate's limit, and the
-  new job keeps its nodes until its own.
+  new job keeps its nodes until its own. A job started below its preferred size (with
+  mates or not) is held for its limit on that size, which the core scales by its model
+  (the paper likewise updates the new job's requested time).
 - "Expanded back when the new job terminates" is read without memory across passes: idle
   nodes that the map does not promise to anyone go back to running malleable jobs below
   the largest size their history shows (the lenders), all they lent at once (never a
@@ -406,7 +408,7 @@ class SdPolicy:
                 n = min(top, pref)
                 while n >= least:
                     run = work / speedup(n)
-                    j = first_after(starts, now + (max(limit, run))) - 1
+                    j = first_after(starts, now + (max(_limit_on(job, n, speedup), run))) - 1
                     room = fewest[max(0, j)]
                     room = min(room, cap)
                     if room >= n:
@@ -421,7 +423,7 @@ class SdPolicy:
             fastest = work / speedup(reach)
             if now + fastest > latest_end:
                 continue  # it cannot end inside any mate's allocation
-            hold = now + (max(limit, fastest))
+            hold = now + (max(_limit_on(job, reach, speedup), fastest))
             if latest_limit < hold:
                 free_past = past_mates.get(hold)
                 if free_past is None:
@@ -476,12 +478,11 @@ class SdPolicy:
         Penalties are not checked (they rarely decide; leaving a condition out keeps it
         necessary)."""
 
-        limit = math.inf if job.time_limit is None else float(job.time_limit)
-        longest = pp.runtime(job.min_nodes)
-        assert longest is not None
-        base = max(0, min(job.preferred, free_until(now + max(longest, limit)), cap))
         work, speedup = pp.work, pp.speedup.speedup
         assert work is not None
+        longest = pp.runtime(job.min_nodes)
+        assert longest is not None
+        base = max(0, min(job.preferred, free_until(now + max(longest, _limit_on(job, job.min_nodes, speedup))), cap))
         pref, least = job.preferred, job.min_nodes
         widest = mates.widest(self.mate_candidates, self.max_mates)
         if base + widest < least or now + work / speedup(min(pref, base + widest)) > mates.latest(
@@ -504,7 +505,7 @@ class SdPolicy:
                 k = min(lack, m.lend)
                 lack -= k
                 lent.append(max(1, k))
-            stop = now + (max(limit, run))
+            stop = now + (max(_limit_on(job, n, speedup), run))
             start, need = now, 0
             for pos, until in by_limit:  # lent nodes come back at the mates' limits
                 until = max(until, now)
@@ -565,7 +566,8 @@ class SdPolicy:
         they did not come back (a refused shrink) or were taken. Idle nodes left, or None."""
         run = PendingPrediction(job).runtime(n)
         assert run is not None
-        hold = math.inf if job.time_limit is None else max(run, float(job.time_limit))
+        limit = limit_at(job, n)  # on the n nodes it starts on: the limit the core enforces
+        hold = math.inf if limit is None else max(run, float(limit))
         if min(prof.min_free(now, now + hold), free + incoming) < n:
             return None
         prof.reserve(now, now + hold, n)
@@ -626,9 +628,12 @@ class SdPolicy:
         longest = pp.runtime(job.min_nodes)
         assert longest is not None
 
-        def hold(run: float) -> float:
-            """How long the map keeps the job's nodes: its limit, or longer if predicted."""
-            return math.inf if job.time_limit is None else max(run, float(job.time_limit))
+        def hold(n: int, run: float) -> float:
+            """How long the map keeps the job's nodes if it starts on n of them: its limit
+            there (scaled by its model, the core's rule: on fewer nodes than preferred it may
+            run longer, the paper's updated requested time), or longer if predicted."""
+            limit = limit_at(job, n)
+            return math.inf if limit is None else max(run, float(limit))
 
         # The most nodes (up to preferred) the map leaves it for as long as it runs on them:
         # fewer nodes, a longer run, a longer window to keep free -- until that settles.
@@ -638,18 +643,18 @@ class SdPolicy:
             assert run is not None
             # Nodes really idle or on their way back: a job past its limit but still
             # running counts as ending now on the map, but nobody can start on its nodes.
-            room = min(prof.min_free(now, now + hold(run)), free + incoming - spare)
+            room = min(prof.min_free(now, now + hold(n, run)), free + incoming - spare)
             if room >= n:
                 if now + run >= static_end:
                     break  # no better than waiting; mates (more nodes) might be
-                prof.reserve(now, now + hold(run), n)
+                prof.reserve(now, now + hold(n, run), n)
                 if free >= n:
                     out.append(Start(job.job_id, n))
                     return True, free - n
                 return True, 0  # it waits for nodes coming back, holding the idle ones
             n = room
         # Mates lend the rest; the map's own nodes are counted for the longest possible run.
-        base = max(0, min(job.preferred, prof.min_free(now, now + hold(longest)), free + incoming - spare))
+        base = max(0, min(job.preferred, prof.min_free(now, now + hold(job.min_nodes, longest)), free + incoming - spare))
         static = float(job.time_limit) if job.time_limit is not None else math.inf
         static_run = pp.runtime(job.preferred)
         assert static_run is not None
@@ -673,7 +678,7 @@ class SdPolicy:
         assert run is not None
         for m, k in lent:
             prof.reserve(now, m.job.estimated_end, -k)
-        prof.reserve(now, now + hold(run), n_new)
+        prof.reserve(now, now + hold(n_new, run), n_new)
         for m, k in lent:
             mates.take(m)
             out.append(Shrink(m.job.job_id, k))
@@ -686,7 +691,7 @@ class SdPolicy:
         pp: PendingPrediction,
         base: int,
         static_end_with: Callable[[int], float],
-        hold: Callable[[float], float],
+        hold: Callable[[int, float], float],
         prof: FreeProfile,
         mates: _Mates,
         now: float,
@@ -706,7 +711,7 @@ class SdPolicy:
             return spans[a, b]
 
         def fits_map(n_new: int, lent: list[tuple[_Mate, int]], run: float) -> bool:
-            end = now + hold(run)
+            end = now + hold(n_new, run)
             start, credit = now, sum(k for _, k in lent)
             for m, k in sorted(lent, key=lambda mk: mk[0].job.estimated_end):
                 until = min(max(m.job.estimated_end, now), end)
@@ -721,7 +726,8 @@ class SdPolicy:
         top = sorted((m.lend for m in cands), reverse=True)[: self.max_mates]
         if not cands or base + sum(top) < job.min_nodes:
             return None  # even the widest lenders cannot make room
-        fastest = pp.runtime(min(job.preferred, base + sum(top)))
+        widest = min(job.preferred, base + sum(top))
+        fastest = pp.runtime(widest)
         assert fastest is not None
         if now + fastest >= static_end_with(0):
             return None  # even the most nodes mates could lend do not beat waiting
@@ -733,7 +739,9 @@ class SdPolicy:
         # Past the last mate's limit and until the new job's own (at least), lent nodes
         # count for nothing: the map alone must leave it its smallest size there.
         last = max(m.job.estimated_end for m in cands)
-        if last < now + hold(fastest) and free_in(max(last, now), now + hold(fastest)) < job.min_nodes:
+        # (Its widest size holds its nodes the shortest: a necessary condition for every set.)
+        shortest = now + hold(widest, fastest)
+        if last < shortest and free_in(max(last, now), shortest) < job.min_nodes:
             return None
         cutoff = mates.cutoff
         best: tuple[float, int, list[int], list[tuple[_Mate, int]]] | None = None
@@ -852,6 +860,18 @@ class SdPolicy:
                 out.append(Grow(r.job_id, n))
                 free -= n
         return out
+
+
+def _limit_on(job: PendingView, n: int, speedup: Callable[[int], float]) -> float:
+    """`limit_at(job, n)` (inf: no limit) by the job's speedup already parsed (its
+    prediction's): the look-ahead asks it for every size it tries, and reads the limit the
+    walk's own search holds nodes for, so that its tests are as tight as that search."""
+    limit = job.time_limit
+    if limit is None:
+        return math.inf
+    if job.model is None or n == job.preferred:
+        return float(limit)
+    return limit * speedup(job.preferred) / speedup(n)
 
 
 def _before_lending(r: RunningView) -> int:
