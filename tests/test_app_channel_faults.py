@@ -192,6 +192,26 @@ def test_a_grows_process_that_dies_at_start_voids_the_grow_at_once_and_its_grown
     assert daemon.job(jid)["state"] == "COMPLETED"
 
 
+def test_a_grows_process_that_fails_after_the_application_ended_does_not_fail_the_job(
+    daemon: RunningDaemon, workdir: Path
+) -> None:
+    # The race at a job's end: a grow is ordered as the application finishes its work, and
+    # the grow's new process, which finds no application to join, fails. The job did its
+    # work: it ends COMPLETED, and the void grow is in its history.
+    jid = daemon.submit(recorder(workdir, "slow_grow", SLOW="30", CRASH_JOINING="late"))
+    daemon.wait_event(jid, "registered")
+    assert daemon.cli("elasticd", "resize", str(jid), "2").returncode == 0
+    assert daemon.cli("elasticd", "resize", "--no-wait", str(jid), "3").returncode == 0
+    assert wait_until(lambda: any(ln.startswith("post_grow") for ln in app_log(workdir)), 20), app_log(workdir)
+    (workdir / "finish").touch()  # the leader ends while the grow is not answered
+    assert wait_until(lambda: any(ln.startswith("finished") for ln in app_log(workdir)), 20), app_log(workdir)
+    (workdir / "crash-joining").touch()
+    daemon.wait([jid], timeout=30)
+    info = daemon.job(jid)
+    assert info["state"] == "COMPLETED", (info["state"], daemon.events(jid))
+    assert "order_failed" in daemon.events(jid) or "order_dropped" in daemon.events(jid), daemon.events(jid)
+
+
 def test_resize_hold_and_release_from_the_command_line(daemon: RunningDaemon, workdir: Path) -> None:
     jid = daemon.submit(recorder(workdir))
     daemon.wait_event(jid, "registered")

@@ -417,8 +417,11 @@ class LocalLauncher:
     async def _watch(self, job: _LocalJob, hp: _HostProc) -> None:
         await hp.wait()
         if hp.joining and not hp.released and self.on_join_failed is not None:
-            # A grow's process that died before the application took it: the grow is void.
+            # A grow's process that died before the application took it: the grow is void,
+            # its host goes back, and its exit is not the job's (an application that ended its
+            # work as the grow was ordered refuses its new process, which then fails).
             hp.joining = False
+            hp.released = True
             code, sig = _job_exit([hp])
             await call_back(self.on_join_failed, job.job_id, hp.host, code, sig)
         if job.done or job.starting or any(p.returncode is None for p in job.procs.values()):

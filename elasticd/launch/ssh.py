@@ -609,7 +609,9 @@ class SSHLauncher:
 
     def _join_failed(self, job: _SSHJob, p: _RemoteProc) -> None:
         if p.joining and not p.released and self.on_join_failed is not None:
+            # Void grow: its host goes back and its exit is not the job's (local.py alike).
             p.joining = False
+            p.released = True
             self._spawn(call_back(self.on_join_failed, job.job_id, p.host, p.code or 0, p.signal or 0))
 
     def confirm_joined(self, job_id: int, hosts: tuple[str, ...]) -> None:

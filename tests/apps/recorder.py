@@ -2,7 +2,8 @@
 working directory, so tests can drive it step by step.
 
 MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s);
-CRASH_JOINING (env): processes started by a grow exit 3 at once;
+CRASH_JOINING (env): processes started by a grow exit 3 at once (CRASH_JOINING=late: once
+the file `crash-joining` exists);
 CHANNEL_TIMEOUT (env): the library's reply timeout.
 Files the test creates: `finish` (everyone exits), `disable` (leader deregisters),
 `request-N` (leader asks for N nodes), `release-HOST` (leader releases HOST).
@@ -63,7 +64,9 @@ class Recorder(MalleableHandler):
 def main() -> int:
     env = job_env()
     if env.joining and os.environ.get("CRASH_JOINING"):
-        return 3  # a process started by a grow that dies at once
+        while os.environ["CRASH_JOINING"] == "late" and not (here / "crash-joining").exists():
+            time.sleep(0.02)
+        return 3  # a process started by a grow that dies (at once, or when told)
     (here / f"pid-{env.host}{'-joining' if env.joining else ''}").write_text(str(os.getpid()))
     if not env.is_leader:
         while not (here / "finish").exists():
