@@ -111,6 +111,17 @@ class Jacobi(MpiHandler):
         self.scatter()
 
 
+def hold(mpi: ElasticMPI, path: Path) -> bool:
+    """Collective: wait at safe points, taking orders, while `path` exists (rank 0 looks, every
+    rank learns). Lets a script resize the job at a point of its choosing, however slowly its
+    commands come, without the job ending first. False: this rank must stop and exit."""
+    while mpi.comm.bcast(path.exists() if mpi.comm.rank == 0 else None, root=0):
+        time.sleep(0.05)
+        if not mpi.safe_point():
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m elastic_apps.mpi.jacobi")
     ap.add_argument("--points", type=int, default=20000)
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay", type=float, default=0.0, help="seconds of sleep per iteration (to watch resizes)")
     ap.add_argument("--check-every", type=int, default=1, help="iterations between safe points")
     ap.add_argument("--out", type=Path, help="rank 0 writes the final interior here (float64, raw)")
+    ap.add_argument("--hold", type=Path, help="before the last iteration, wait (taking orders) while this file exists")
     args = ap.parse_args(argv)
     app = Jacobi(args.points)
     mpi = ElasticMPI(app)
@@ -130,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             app.scatter()
     t0 = time.monotonic()
     while app.it < args.iterations:
+        if args.hold is not None and app.it == args.iterations - 1 and not hold(mpi, args.hold):
+            return 0  # left the job (spawn mode) or restarting
         app.step()
         if args.delay:
             time.sleep(args.delay)
