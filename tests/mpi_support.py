@@ -47,15 +47,17 @@ def job_ranks(job_id: int, state_dir: Path, node_of: Callable[[int], str | None]
 
 def jacobi_job(
     folder: Path, name: str, mode: str, nodes: str, delay: float, *, points: int, iterations: int,
-    time_limit: str, mpi_fields: str = "",
+    time_limit: str, mpi_fields: str = "", hold: Path | None = None,
 ) -> Path:
     """The Jacobi example (elastic_apps.mpi.jacobi) as a malleable MPI job file writing
-    `name`.bin; `mode`: spawn or restart; `mpi_fields`: more keys of its [mpi] table."""
+    `name`.bin; `mode`: spawn or restart; `mpi_fields`: more keys of its [mpi] table; `hold`:
+    a file it waits on before its last iteration while it exists."""
     more = f", {mpi_fields}" if mpi_fields else ""
+    held = f', "--hold", "{hold}"' if hold is not None else ""
     return write_job(folder, name, f'''
         name = "{name}"
         command = ["{sys.executable}", "-m", "elastic_apps.mpi.jacobi", "--points", "{points}",
-                   "--iterations", "{iterations}", "--delay", "{delay}", "--out", "{name}.bin"]
+                   "--iterations", "{iterations}", "--delay", "{delay}", "--out", "{name}.bin"{held}]
         nodes = {nodes}
         kind = "malleable"
         launcher = "mpi"

@@ -30,8 +30,9 @@ def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
         stop_daemon(d.record)
 
 
-def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float) -> Path:
-    return jacobi_job(folder, name, mode, nodes, delay, points=POINTS, iterations=ITERATIONS, time_limit="2")
+def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float, hold: Path | None = None) -> Path:
+    return jacobi_job(folder, name, mode, nodes, delay, points=POINTS, iterations=ITERATIONS, time_limit="2",
+                      hold=hold)
 
 
 def reference(d: RunningDaemon, folder: Path) -> bytes:
@@ -44,7 +45,11 @@ def reference(d: RunningDaemon, folder: Path) -> bytes:
 def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, str]:
     # A filler holds two nodes so that the job starts on two, then gives them back.
     filler = d.submit(write_job(folder, "filler", 'name = "filler"\ncommand = ["sleep", "300"]\nnodes = 2\nworking_dir = "."\n'))
-    jid = d.submit(jacobi(folder, mode, mode, "{ min = 2, max = 4 }", 0.004))
+    # The job waits before its last iteration until both resizes are done: on a loaded
+    # machine its three CLI round trips took longer than its ~6 s of iterations.
+    hold = folder / f"hold-{mode}"
+    hold.touch()
+    jid = d.submit(jacobi(folder, mode, mode, "{ min = 2, max = 4 }", 0.004, hold))
     d.wait_event(jid, "registered", timeout=20)
     assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
     assert d.cli("ecancel", str(filler)).returncode == 0
@@ -63,6 +68,7 @@ def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, st
     assert len(released) == 2
     ranks = job_ranks(jid, d.state_dir)
     assert not any(ranks.get(h) for h in released), ranks
+    hold.unlink()
     d.wait([jid], timeout=60)
     out = (folder / f"{mode}.out").read_text()
     assert d.job(jid)["state"] == "COMPLETED", out
