@@ -52,6 +52,10 @@ from elasticd.core.states import JobState
 from elasticd.errors import OrderRejected, ResizeRejected
 from elasticd.policies import make_policy
 
+# Pure CPU (hypothesis): on a loaded 2-core machine (4 busy loops and the suite on -n 2) two of
+# these took 115 s against the default 120; 13-31 s otherwise. 300 s is still a hang guard.
+pytestmark = pytest.mark.timeout(300)
+
 MAX_NODES = 8
 ORDER_DEADLINE = 10
 TICK = 2
