@@ -161,3 +161,19 @@ def test_a_mate_set_must_fit_the_map_for_the_new_jobs_limit_on_the_size_it_start
     assert decide((mate(1, 4, limit=400.0), r), pending=(h, j)) == []
     # A's allocation lasting to 600 covers J's 400 s on its 2 nodes: A lends.
     assert decide((mate(1, 4, limit=600.0), r), pending=(h, j)) == [Shrink(1, 2)]
+
+
+def test_a_moldable_job_started_wider_than_its_minimum_is_held_for_its_limit_on_that_width() -> None:
+    # Found by the stateful test (5 idle nodes, t=200). Q: 3 (rigid 1, no limit), 4 (moldable
+    # 1..2, limit 300 s at 2, linear model), 5 (rigid 3, no limit), 6 and 7 (rigid 1, no
+    # limit), 8 (rigid 1, limit 540 s). 3 starts, 4 starts on 2 nodes, where the core gives
+    # it 300 s (600 s only on 1): the head 5 can start at 500. 6 fits beside 5 for ever, 7
+    # does not; 8 would hold a node until 740 and push 5 back from 500. With 4 held for
+    # 600 s, 5 was reserved at 800 and 8 started.
+    def rigid(job_id: int, nodes: int, limit: float | None) -> PendingView:
+        return PendingView(job_id, 0.0, JobKind.RIGID, nodes, nodes, nodes, limit)
+
+    moldable = PendingView(4, 0.0, JobKind.MOLDABLE, 1, 2, 2, 300.0, PerfModel(speedup="linear"))
+    queue = (rigid(3, 1, None), moldable, rigid(5, 3, None), rigid(6, 1, None), rigid(7, 1, None), rigid(8, 1, 540.0))
+    policy = make_policy("sd", {"min_resize_interval": 0})
+    assert policy.decide(Snapshot(200.0, 5, 5, queue, ())) == [Start(3, 1), Start(4, 2), Start(6, 1)]

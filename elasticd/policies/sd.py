@@ -302,7 +302,7 @@ class SdPolicy:
                 assert size is not None
                 out.append(Start(job.job_id, size))
                 free -= size
-                prof.reserve(now, now + dur, size)
+                prof.reserve(now, now + _held(job, size, need, dur), size)
                 continue
             if malleable and ts > now and examined and not quiet:
                 if mates is None:
@@ -590,7 +590,7 @@ class SdPolicy:
         n = need if job.kind is JobKind.MALLEABLE else start_size(job, usable)
         assert n is not None
         out.append(Start(job.job_id, n))
-        prof.reserve(now, now + dur, n)
+        prof.reserve(now, now + _held(job, n, need, dur), n)
         return n
 
     # ---- Listing 1: the malleable placement of one job ----------------------------------------
@@ -860,6 +860,18 @@ class SdPolicy:
                 out.append(Grow(r.job_id, n))
                 free -= n
         return out
+
+
+def _held(job: PendingView, n: int, need: int, dur: float) -> float:
+    """How long a job started on n nodes keeps them: its limit there, which the core scales
+    by its model (`dur`, its limit on the `need` nodes it was planned on, when n is that).
+    Wider than planned (a moldable job), it ends sooner: held for the planned, longer
+    limit, it would put the reservations behind it later than the nodes really come back,
+    and a job backfilled before those could then delay them."""
+    if n == need:
+        return dur
+    limit = limit_at(job, n)
+    return math.inf if limit is None else float(limit)
 
 
 def _limit_on(job: PendingView, n: int, speedup: Callable[[int], float]) -> float:
