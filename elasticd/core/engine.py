@@ -464,19 +464,9 @@ class Core:
             cause = next((e.cause for e in reversed(job.events) if e.event is K.ENDING and e.cause), ev.cause)
             self._finish(job, now, job.ending_as, None, None, job.reason, cause)
             return []
-        job.account(now)
-        held = self.nodes.release_all(job.job_id)
-        if held != len(job.hosts):
-            raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
-        self._forget_active(job.job_id)
-        if job.order is not None:  # none can be open before a launch; dropped all the same
-            job.record(now, K.ORDER_DROPPED, ev.cause, f"order {job.order.order_id}: job requeued")
-            job.order = None
-        job.leaving.clear()
-        job.release_cause = None
-        job.requested = 0
+        # No order can be open before a launch; one would be dropped all the same.
+        self._let_go(job, now, ev.cause, "job requeued")
         job.requested_at = None
-        job.malleable_ready = False
         job.state = JobState.PENDING
         job.hosts = []
         job.start_time = None
@@ -915,6 +905,22 @@ class Core:
         self._finish(job, ev.time, state, ev.exit_code, ev.signal, job.reason, cause)
         return []
 
+    def _let_go(self, job: Job, now: float, cause: Cause, why: str) -> None:
+        """The job holds nothing any more (it ended, or goes back to the queue): its nodes
+        are free, an open order is dropped, and what it was doing with them is forgotten."""
+        job.account(now)
+        held = self.nodes.release_all(job.job_id)
+        if held != len(job.hosts):
+            raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
+        self._forget_active(job.job_id)
+        if job.order is not None:
+            job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: {why}")
+            job.order = None
+        job.leaving.clear()
+        job.release_cause = None
+        job.requested = 0
+        job.malleable_ready = False
+
     def _finish(
         self,
         job: Job,
@@ -925,18 +931,7 @@ class Core:
         reason: str | None,
         cause: Cause,
     ) -> None:
-        job.account(now)
-        held = self.nodes.release_all(job.job_id)
-        if held != len(job.hosts):
-            raise InvalidTransition(f"job {job.job_id} held {held} nodes, its record says {len(job.hosts)}")
-        self._forget_active(job.job_id)
-        if job.order is not None:
-            job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: job ended")
-            job.order = None
-        job.leaving.clear()
-        job.release_cause = None
-        job.requested = 0
-        job.malleable_ready = False
+        self._let_go(job, now, cause, "job ended")
         job.state = state
         job.end_time = now
         job.exit_code = exit_code
