@@ -158,6 +158,9 @@ class _LocalJob:
     # When SIGTERM was sent to each host's processes (loop time): once per host, and
     # SIGKILL follows kill_wait after it.
     term_sent: dict[str, float] = field(default_factory=dict)
+    # Ended (cancel, limit, stop) while a launch was still on its way (its file-system
+    # checks run in a thread): the processes that launch starts are ended as they appear.
+    terminating: bool = False
 
 
 def group_members(pgids: set[int]) -> list[psutil.Process]:
@@ -323,6 +326,8 @@ class LocalLauncher:
             hp.joining = req.joining
             job.procs[hp.host] = hp
             self._spawn(self._watch(job, hp))
+        if job.terminating:
+            self._spawn(self._end(job, started))
 
     def confirm_joined(self, job_id: int, hosts: tuple[str, ...]) -> None:
         """The application took the grow's processes: their exits are the job's from now on."""
@@ -499,6 +504,7 @@ class LocalLauncher:
         job = self._jobs.get(job_id)
         if job is None:
             return
+        job.terminating = True
         await self._end(job, [job.procs[h] for h in hosts if h in job.procs])
 
     def pgids(self, job_id: int) -> dict[str, int]:
