@@ -30,8 +30,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Callable
 
 from elastic_protocol.jobspec import JobKind
+from elastic_protocol.models import ReconfigCost
 from elasticd.metrics import BSLD_TAU
 from elasticd.policies.base import (
     Decision,
@@ -47,7 +49,7 @@ from elasticd.policies.base import (
     start_size,
 )
 from elasticd.policies.easy import easy_pass
-from elasticd.policies.predict import Predictions, RunningPrediction
+from elasticd.policies.predict import PendingPrediction, Predictions, RunningPrediction, model_parts
 
 
 def start_up_to_preferred(job: PendingView, available: int) -> int | None:
@@ -346,22 +348,15 @@ class Payoff:
         return out
 
     def _worth_at_start(self, job: PendingView, size: int, k: int) -> int:
-        """_worth for a job starting on `size` nodes: the most nodes (<= k) more to start it
-        on whose run time saved pays for giving them back later (no grow to pay for)."""
-        if job.time_limit is None or job.model is None:
+        """_worth for a job starting on `size` nodes: no grow to pay for, no order to wait."""
+        if job.model is None:
             return 0
-        s = job.model.speedup_model
-        cost = job.model.reconfig_cost
-        work = job.time_limit * s.speedup(job.preferred)  # its limit as its work, as predictions do
-        base_run = work / s.speedup(size)
-        while k > 0:
-            n = size + k
-            back = cost.seconds(n, job.preferred) if n > job.preferred else 0.0
-            saved = base_run - work / s.speedup(n)
-            if saved > self.gain_factor * back and saved > 0:
-                return k
-            k //= 2
-        return 0
+        pp = PendingPrediction(job)
+        base_run = pp.runtime(size)
+        if base_run is None:
+            return 0
+        _, cost = model_parts(job.model)
+        return self._most_worth(size, job.preferred, k, cost, lambda n: base_run - (pp.runtime(n) or 0.0), 0.0)
 
     def _worth(self, r: RunningView, k: int, now: float) -> int:
         """The most nodes (<= k) whose loan saves the job more than it costs, or 0."""
@@ -369,13 +364,18 @@ class Payoff:
         if not p.known or p.end is None or p.progress is None:
             return 0
         base_end = p.end
-        cost = p.cost
+        return self._most_worth(r.size, r.preferred, k, p.cost, lambda n: base_end - p.end_if_resized(n),
+                                self.order_latency)
+
+    def _most_worth(self, size: int, preferred: int, k: int, cost: ReconfigCost, saved_on: Callable[[int], float],
+                    latency: float) -> int:
+        """The most nodes (<= k, halving) more than `size` whose time saved (`saved_on(n)`)
+        pays for giving them back later down to the preferred size, and the order."""
         while k > 0:
-            n = r.size + k
-            # Given back (reclaimed) later down to the preferred size: that reconfiguration too.
-            back = cost.seconds(n, r.preferred) if n > r.preferred else 0.0
-            saved = base_end - p.end_if_resized(n)
-            if saved > self.gain_factor * (back + self.order_latency) and saved > 0:
+            n = size + k
+            back = cost.seconds(n, preferred) if n > preferred else 0.0
+            saved = saved_on(n)
+            if saved > self.gain_factor * (back + latency) and saved > 0:
                 return k
             k //= 2
         return 0
