@@ -7,11 +7,11 @@ import json
 
 from elasticd.daemonctl import node_names_for, tuning_args
 from elasticd.errors import ElasticError
-from elasticd.experiments.batchrun import BatchStopped, execute_batch, load_batch, print_report, report_json
 
 
 def run_batch(args: argparse.Namespace) -> int:
     from elasticd.cli.common import policy_settings
+    from elasticd.experiments.batchrun import BatchStopped, execute_batch, load_batch, print_report, report_json
 
     nodes = len(node_names_for(args))
     policy_settings(args.policy, args.policy_config, args.policy_param, args.min_resize_interval)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from elasticd.cli.common import PolicyArgumentError, add_policy_params, policy_settings
 from elasticd.errors import ElasticError, MissingExtra
 from elasticd.policies import POLICIES
-from elasticd.sim.grid import print_summary
 
 if TYPE_CHECKING:
     from elasticd.sim.grid import RunRow, TraceSource
@@ -108,6 +107,8 @@ def run_sim(args: argparse.Namespace) -> int:
     rows = run_grid(source, specs, rule, args.warmup, args.workers, text_progress(), params)
     wall = time.perf_counter() - t
     summary = list(aggregate(rows))
+    from elasticd.sim.grid import print_summary
+
     print_summary(summary)
     print(f"{len(rows)} runs in {wall:.1f} s")
     if args.out:
