@@ -72,3 +72,20 @@ def test_the_report_checks_payoff_against_its_targets_and_says_which_cannot_be_m
     # 10 % below pref's 1.05 is below 1, which no schedule reaches; and the worst seed is 1.8x the mean.
     assert "| 100 % | -50.0 % | -74.5 % | -2.9 % (pref 1.050): unattainable, below 1 | 1.80 | no |" in text
     assert "9 of 11 target checks met" in text
+
+
+def test_the_readme_table_shows_the_summary_fractions_and_leaves_the_whole_curve_to_the_report() -> None:
+    from elasticd.experiments.evaluate import EvalRun, Results, readme_table
+    from elasticd.sim.grid import METRICS
+
+    results = Results()
+    for policy, fraction, bsld in (("easy", 0.0, 4.0), ("min", 0.1, 3.0), ("min", 0.2, 2.0), ("payoff", 0.2, 1.5),
+                                   ("min", 0.3, 1.8)):
+        results.rows[EvalRun("t", policy, fraction, 1)] = {**dict.fromkeys(METRICS, 0.0), "mean_turnaround": 100.0 * bsld,
+                                                           "mean_bounded_slowdown": bsld}
+    every_tenth = readme_table(results, ["t"], ["easy", "min", "payoff"], [0.0, 0.1, 0.2, 0.3])
+    rows = [ln for ln in every_tenth.splitlines() if ln.startswith("| t |")]
+    assert rows == ["| t | 20 % | min | -50.0 % [-50..-50] | -50.0 % | -62.5 % [-62..-62] | -62.5 % |"]
+    # Run at none of the summary's fractions: every fraction run is shown.
+    odd = readme_table(results, ["t"], ["easy", "min"], [0.0, 0.1, 0.3])
+    assert [ln.split(" | ")[1] for ln in odd.splitlines() if ln.startswith("| t |")] == ["10 %", "30 %"]
