@@ -19,7 +19,6 @@ from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd import defaults
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.events import (
-    SIZE_CHANGES,
     CancelRequested,
     Cause,
     Event,
@@ -80,27 +79,6 @@ from elasticd.policies.base import (
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
 K = JobEventKind
-
-
-def _size_history(job: Job) -> tuple[tuple[float, int], ...]:
-    """(time, nodes) of every size the job has had since it started, for the policies that
-    replay a job's progress under its performance model. Events are only appended, so the
-    history is extended from the ones not read yet: a job's view is rebuilt after every
-    change, and a long-running malleable job has hundreds of events."""
-    events = job.events
-    seen = job._history_seen
-    if seen != len(events):
-        for i in range(len(events) - 1, seen - 1, -1):
-            if events[i].event is K.REQUEUED:
-                # A start that went back to the queue was never launched: nothing ran then,
-                # and the job's history begins at its next start.
-                job._history, seen = (), i + 1
-                break
-        new = tuple([(e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES])
-        if new:
-            job._history += new
-        job._history_seen = len(events)
-    return job._history
 
 
 @dataclass
@@ -394,7 +372,7 @@ class Core:
             submit_time=j.submit_time,
             model=j.spec.model,
             evolution=j.spec.evolution_steps,
-            history=_size_history(j),
+            history=j.size_history(),
             limit_end=j.limit_due,
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind, JobSpec
-from elasticd.core.events import Cause, JobEventKind
+from elasticd.core.events import SIZE_CHANGES, Cause, JobEventKind
 from elasticd.core.orders import Order
 from elasticd.core.states import JobState
 
@@ -67,7 +67,7 @@ class Job:
     limit_due: float | None = None
     node_seconds: float = 0.0
     _size_since: float | None = None
-    # The (time, nodes) history read from `events[:_history_seen]` (engine._size_history).
+    # The (time, nodes) history read from `events[:_history_seen]` (size_history).
     _history: tuple[tuple[float, int], ...] = ()
     _history_seen: int = 0
 
@@ -89,6 +89,26 @@ class Job:
         if self.events and self.events[-1].hosts == hosts:
             hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host
         self.events.append(JobEvent(now, event, len(hosts), hosts, detail, cause))
+
+    def size_history(self) -> tuple[tuple[float, int], ...]:
+        """(time, nodes) of every size the job has had since its last start: what the
+        policies replay its progress from, and what a recorded run is measured by. Events are
+        only appended, so the history is extended from the ones not read yet: a job's view is
+        rebuilt after every change, and a long-running malleable job has hundreds of events."""
+        events = self.events
+        seen = self._history_seen
+        if seen != len(events):
+            for i in range(len(events) - 1, seen - 1, -1):
+                if events[i].event is JobEventKind.REQUEUED:
+                    # A start that went back to the queue was never launched: nothing ran
+                    # then, and the job's history begins at its next start.
+                    self._history, seen = (), i + 1
+                    break
+            new = tuple([(e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES])
+            if new:
+                self._history += new
+            self._history_seen = len(events)
+        return self._history
 
     def account(self, now: float) -> None:
         """Close the current size segment so node_seconds is exact across resizes."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elasticd.core.events import SIZE_CHANGES, JobEventKind
-from elasticd.core.job import Job, JobEvent
+from elasticd.core.events import JobEventKind
+from elasticd.core.job import Job
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord, WindowSummary, windowed_summary
@@ -59,7 +59,7 @@ def load(path: Path) -> LoggedRun:
         sim = dataclasses.replace(sim, job_id=real.job_id, submit=real.submit_time - t0)
         if real.spec.model is None:
             assert real.start_time is not None and real.end_time is not None
-            n0 = next(e.nodes for e in _last_run(real) if e.event is JobEventKind.STARTED)
+            n0 = real.size_history()[0][1]
             run = real.end_time - real.start_time
             sim = dataclasses.replace(sim, run=run, nodes=n0, malleable=False, moldable=False,
                                       min_nodes=n0, max_nodes=n0, preferred=n0, work=run * sim.speedup.speedup(n0))
@@ -72,22 +72,15 @@ def load(path: Path) -> LoggedRun:
                      len(result.jobs) - len(ran))
 
 
-def _last_run(real: Job) -> list[JobEvent]:
-    """The job's history from its last start: a start that went back to the queue
-    (requeued) ran nothing."""
-    requeued = [i for i, e in enumerate(real.events) if e.event is JobEventKind.REQUEUED]
-    return real.events[requeued[-1] + 1:] if requeued else real.events
-
-
 def _overhead(real: Job, sim: SimJob) -> float:
     """Seconds the real job spent beyond its model (see the module's docstring)."""
     assert real.start_time is not None and real.end_time is not None
-    run = _last_run(real)
-    sizes = [e.nodes for e in run if e.event in SIZE_CHANGES]
+    sizes = [n for _, n in real.size_history()]
     if len(set(sizes)) == 1:
         modelled = sim.work / sim.speedup.speedup(sizes[0])
         return max(0.0, real.end_time - real.start_time - modelled)
-    registered = next((e.time for e in run if e.event is JobEventKind.REGISTERED), None)
+    # A start that was requeued never launched, so never registered: any registration is the last start's.
+    registered = next((e.time for e in real.events if e.event is JobEventKind.REGISTERED), None)
     return max(0.0, registered - real.start_time) if registered is not None else 0.0
 
 
@@ -99,7 +92,7 @@ def _first_header(path: Path) -> dict[str, Any]:
 
 def _record(job: Job) -> SizedRecord:
     assert job.start_time is not None and job.end_time is not None
-    sizes = [(e.time, e.nodes) for e in job.events if e.event in SIZE_CHANGES] + [(job.end_time, 0)]
+    sizes = [*job.size_history(), (job.end_time, 0)]
     shrinks = sum(1 for e in job.events if e.event is JobEventKind.SHRUNK)
     expands = sum(1 for e in job.events if e.event is JobEventKind.GROWN)
     return SizedRecord(job.job_id, job.submit_time, job.start_time, job.end_time, tuple(sizes), shrinks, expands,
