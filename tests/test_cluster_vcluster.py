@@ -533,3 +533,101 @@ def test_after_a_node_fails_under_a_registered_job_the_app_is_told_its_hosts_and
         if d is not None:
             stop_daemon(d.record)
     assert_no_job_process_left()
+
+
+# ---- a job ended while a grow's processes are being started ----------------------------------
+def cancel_while_a_grow_starts(d: RunningDaemon, job: Path) -> tuple[int, str, str]:
+    """Start the malleable `job` on one of node1/node2 and order its grow onto the other with
+    that node's network gone, so the grow's spawn call waits there; cancel the job meanwhile.
+    (job, its first node, the grow's node); the link is left down."""
+    mall = d.submit(job)
+    info = d.wait_event(mall, "registered", timeout=30)
+    d.wait_event(mall, "launched", timeout=30)
+    first = info["hosts"][0]
+    (other,) = [n for n in ("node1", "node2") if n != first]
+    if other in info["hosts"]:  # the policy started it at its maximum: make room for the grow
+        assert d.cli("elasticd", "resize", str(mall), "1").returncode == 0
+        d.wait_event(mall, "shrunk", timeout=30)
+    set_link(other, False)
+    assert d.cli("elasticd", "resize", "--no-wait", str(mall), "2").returncode == 0
+    d.wait_event(mall, "grow_ordered", timeout=30)
+    assert d.cli("ecancel", str(mall)).returncode == 0
+    # Not declared down yet: the grow's start was still waiting on it when the cancel came.
+    assert node_states(d)[other] != "down", "the node was declared down before the cancel; raise --node-timeout"
+    return mall, first, other
+
+
+@pytest.mark.timeout(150)
+def test_a_job_cancelled_while_its_grow_is_starting_on_a_node_that_then_fails_ends_and_frees_its_nodes(
+    vcluster: VCluster, tmp_path: Path
+) -> None:
+    """The cancel ends the job's running processes while the grow's start on its new node is
+    still on its way; then that node is declared down (no heartbeat) and the start fails.
+    The launcher heard the ended processes' exits while the start was pending, when the job
+    could not be over yet: the failed start must settle the job, or it stays ending for
+    ever and holds its nodes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    d = None
+    other = ""
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-2]",
+                           extra=["--node-timeout", "20", "--node-retry", "1", "--connect-timeout", "2"])
+        mall, first, other = cancel_while_a_grow_starts(d, recorder_job(work, "{ min = 1, max = 2, preferred = 1 }"))
+        leader = pid_file(work, f"pid-{first}")
+        assert wait_until(lambda: not alive(leader), 30), "the cancel did not end the leader"
+        assert wait_until(lambda: node_states(d)[other] == "down", 40), node_states(d)
+        d.wait([mall], timeout=30)
+        info = d.job(mall)
+        assert info["state"] == "CANCELLED", (info["state"], d.events(mall))
+        assert node_states(d)[first] == "idle"
+        set_link(other, True)
+        assert wait_until(lambda: node_states(d)[other] == "idle", 30), node_states(d)
+        assert_no_job_process_left()
+    finally:
+        if other:
+            set_link(other, True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(150)
+def test_a_grows_process_whose_start_completes_after_the_job_was_cancelled_is_ended(
+    vcluster: VCluster, tmp_path: Path
+) -> None:
+    """The same cancel, but the node's network comes back and the grow's start goes through
+    after it: the launcher ends the process it started for a job already ending (here one
+    that would sleep 300 s), and the job is CANCELLED without waiting for it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    job = write_job(work, "rec", f'''
+        name = "rec"
+        command = ["sh", "-c", "hostname; if [ $ELASTIC_JOINING = 1 ]; then echo $$ > pid-joining; exec sleep 300; fi; exec {sys.executable} {RECORDER}"]
+        nodes = {{ min = 1, max = 2, preferred = 1 }}
+        kind = "malleable"
+        working_dir = "."
+        output = "rec-%N.out"
+        time_limit = "3"
+    ''')
+    d = None
+    other = ""
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-2]",
+                           extra=["--node-timeout", "30", "--node-retry", "1", "--connect-timeout", "2"])
+        mall, _, other = cancel_while_a_grow_starts(d, job)
+        set_link(other, True)
+        d.wait([mall], timeout=60)
+        info = d.job(mall)
+        assert info["state"] == "CANCELLED", (info["state"], d.events(mall))
+        log = (d.state_dir / "daemon.log").read_text()
+        # The start went through (the node was never taken for down): the ended process was its.
+        assert "could not start on new hosts" not in log and f"node {other} down" not in log, log[-2000:]
+        assert node_states(d) == {"node1": "idle", "node2": "idle"}
+        assert_no_job_process_left()
+    finally:
+        if other:
+            set_link(other, True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()

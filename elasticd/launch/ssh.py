@@ -396,9 +396,11 @@ class SSHLauncher:
         hostfile = write_hostfile(req)
         workdir = Path(req.spec.working_dir or Path.home())
         job = self._jobs.get(req.job_id)
+        if req.joining and (job is None or job.done):
+            # A job over, its exit on its way, too: processes started for it now would run on
+            # untracked, on nodes about to be freed.
+            raise LaunchError(f"job {req.job_id} has no running processes to join")
         if job is None:
-            if req.joining:
-                raise LaunchError(f"job {req.job_id} has no running processes to join")
             job = self._jobs[req.job_id] = _SSHJob(req.job_id)
         down = [h for h in req.hosts if not self._links[h].up]
         if down:
@@ -423,6 +425,10 @@ class SSHLauncher:
                 self._early_exits.pop(p.token, None)
             if not job.procs:
                 self._jobs.pop(req.job_id, None)
+            else:
+                # Its other processes may have ended while this start was pending (a cancel,
+                # its limit, its own end): their exits were heard when it could not be over.
+                self._maybe_done(job)
             for h, exc in failed:
                 if isinstance(exc, HostUnreachable):
                     self._host_failed(h, str(exc))
