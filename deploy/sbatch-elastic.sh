@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from elastic_protocol.control import Queue, QueueDocument, Status, Submit, Wait
-from elasticd.cli.batch import load_batch, print_report, report_json
+from elasticd.experiments.batchrun import load_batch, print_report, report_json
 from elasticd.client import ControlClient
 
 jobs_dir, report = Path(sys.argv[1]), sys.argv[2]
