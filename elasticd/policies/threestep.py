@@ -13,14 +13,16 @@ gives nothing away while a waiting job is owed nodes. A job is not resized again
 
 Nodes move either one at a time, re-ranking after each (balanced: minAgree, Avg), or as
 many as a job can give or take before the next is touched (fewest jobs: Min, Pref,
-KeepPref). Both run on a heap; balanced moves go in stretches (a job keeps its rank for
-a number of nodes found by bisection), so a pass costs O(queue + jobs touched * log
-nodes), not one heap operation per node.
+KeepPref). Fewest-jobs moves run on a heap, a job at a time. Balanced moves are counted
+per job at once (`_first`: the nodes below a level, the level estimated, the few it is
+off by settled on a heap), so a pass costs O(queue + jobs * log jobs), not one heap
+operation per node moved.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +49,11 @@ class Strategy:
     priority: Priority
     floor: Callable[[RunningView], int]  # step 2 never shrinks a job below this
     balanced: bool  # move nodes one at a time (else: fewest jobs)
+
+
+# A job's nodes to move as (job id, key of its m-th node, how many it can move): keys
+# increase with m (priorities grow with size, for every strategy here).
+Units = list[tuple[int, Callable[[int], float], int]]
 
 
 def resizable(r: RunningView, now: float, interval: float) -> bool:
@@ -89,8 +96,9 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
             donors = {r.job_id: r for r in ready if r.size > floor(r)}
             size = {jid: r.size for jid, r in donors.items()}
             shrinkable = sum(r.size - floor(r) for r in donors.values())
-            heap = [(-s.priority(r.size, r), j) for j, r in donors.items()]
-            heapq.heapify(heap)
+            if not s.balanced:  # balanced taking counts afresh from `size` each time
+                heap = [(-s.priority(r.size, r), j) for j, r in donors.items()]
+                heapq.heapify(heap)
         lack = need - avail
         if lack > shrinkable:
             if avail == 0 and shrinkable == 0:
@@ -122,17 +130,29 @@ def _take(
     lack: int,
     s: Strategy,
 ) -> None:
-    """Take `lack` nodes from donors, highest priority first (ties: lower job id)."""
+    """Take `lack` nodes from donors, highest priority first (ties: lower job id).
+
+    Balanced: counted from `size` at once (the heap is not used); fewest jobs: each job
+    popped from the heap gives all it can."""
     priority, floor = s.priority, s.floor
+    if s.balanced:
+        # Giving a node one at a time from the highest (priority, then lowest id) takes the
+        # keys (-priority(size - m), m = 0, 1, ...) of every job in increasing order.
+        units: Units = []
+        for j, r in donors.items():
+            sz = size[j]
+            cap = sz - floor(r)
+            if cap > 0:
+                units.append((j, _shrunk(priority, sz, r), cap))
+        for j, n in _first(units, lack).items():
+            size[j] -= n
+            shrinks[j] = shrinks.get(j, 0) + n
+        return
     while lack > 0:
         _, j = heapq.heappop(heap)
         r = donors[j]
         sz = size[j]
         n = min(lack, sz - floor(r))
-        if s.balanced and n > 1 and heap:
-            # One node at a time, re-ranking after each: j gives until another job ranks higher.
-            top = heap[0]
-            n = 1 if (-priority(sz - 1, r), j) > top else 1 + _lead(lambda m: (-priority(sz - m, r), j) < top, n - 1)  # noqa: B023 - called at once, in this iteration
         size[j] = sz = sz - n
         shrinks[j] = shrinks.get(j, 0) + n
         lack -= n
@@ -143,15 +163,12 @@ def _take(
 def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, int]:
     """Give `free` nodes to takers, lowest priority first (ties: lower job id)."""
     priority = s.priority
+    if s.balanced:
+        # One node at a time to the lowest (priority, id): the keys priority(size + m).
+        units = [(j, _grown(priority, r), r.max_nodes - r.size) for j, r in takers.items() if r.size < r.max_nodes]
+        return _first(units, free)
     size = {j: r.size for j, r in takers.items()}
     grows: dict[int, int] = {}
-    if s.balanced and len(takers) > 1:
-        # Most of the nodes in one step: every node the one-at-a-time rounds give below a
-        # priority level, which the heap then continues from.
-        for j, n in _below_level(takers, free, priority).items():
-            size[j] += n
-            grows[j] = n
-            free -= n
     heap = [(priority(size[j], r), j) for j, r in takers.items() if size[j] < r.max_nodes]
     heapq.heapify(heap)
     while free > 0 and heap:
@@ -159,10 +176,6 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
         r = takers[j]
         sz = size[j]
         n = min(free, r.max_nodes - sz)
-        if s.balanced and n > 1 and heap:
-            # One node at a time, re-ranking after each: j takes until another job ranks lower.
-            top = heap[0]
-            n = 1 if (priority(sz + 1, r), j) > top else 1 + _lead(lambda m: (priority(sz + m, r), j) < top, n - 1)  # noqa: B023 - called at once, in this iteration
         size[j] = sz = sz + n
         grows[j] = grows.get(j, 0) + n
         free -= n
@@ -171,59 +184,102 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
     return grows
 
 
-def _below_level(takers: dict[int, RunningView], free: int, priority: Priority) -> dict[int, int]:
-    """Nodes per job that one-at-a-time giving (lowest priority first) hands out before any
-    job's priority reaches some level, the level chosen so that at most `free` are.
-
-    Giving one node at a time to the lowest (priority, job id) takes each job's priorities
-    at sizes size, size+1, ... in increasing order across all jobs (priorities grow with
-    size), so everything below a level comes first, whatever the level. The level is
-    estimated by taking each job's priority as linear in its size (it is, for every
-    strategy here); the counts below it are then exact (bisection on the real priority),
-    and an estimate that would hand out too many is not used. Too few is harmless: the
-    heap hands out the rest in the same order."""
-    jobs = []
-    for j, r in takers.items():
-        cap = r.max_nodes - r.size
-        p0 = priority(r.size, r)
-        step = priority(r.size + 1, r) - p0
-        if step <= 0:
-            return {}
-        jobs.append((j, r, cap, p0, step))
-    if sum(x[2] for x in jobs) <= free:
-        return {j: cap for j, _, cap, _, _ in jobs}  # every job gets all it can take
-    # The level where the linear counts add up to `free`, without the jobs that take all
-    # they can below it, nor those already above it.
-    active = jobs
-    budget = float(free)
-    while True:
-        level = (budget + sum(p0 / step for _, _, _, p0, step in active)) / sum(1 / step for *_, step in active)
-        full = [x for x in active if (level - x[3]) / x[4] >= x[2]]
-        above = [x for x in active if x[3] >= level]
-        if not full and not above:
-            break
-        budget -= sum(x[2] for x in full)
-        active = [x for x in active if x not in full and x not in above]
-        if budget <= 0 or not active:
-            return {}
-    level -= max(step for *_, step in jobs)  # below the estimate, so as not to overshoot
-    counts: dict[int, int] = {}
-    for j, r, cap, p0, _ in jobs:
-        if p0 < level:
-            size = r.size
-            counts[j] = 1 + _lead(lambda m: priority(size + m, r) < level, cap - 1)  # noqa: B023 - called at once, in this iteration
-    return counts if sum(counts.values()) <= free else {}
+def _grown(priority: Priority, r: RunningView) -> Callable[[int], float]:
+    """The key of the m-th node given to r (from its size): its priority with it."""
+    size = r.size
+    return lambda m: priority(size + m, r)
 
 
-def _lead(still_first: Callable[[int], bool], most: int) -> int:
-    """The largest m <= most with still_first(m), given that it holds up to some m and not
-    after: priorities grow with size (every strategy's do), so moving nodes one at a time
-    keeps serving the same job for a stretch that bisection finds in O(log most) steps."""
-    lo, hi = 0, most
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if still_first(mid):
-            lo = mid
+def _shrunk(priority: Priority, size: int, r: RunningView) -> Callable[[int], float]:
+    """The key of the m-th node taken from r (from `size`): minus its priority before."""
+    return lambda m: -priority(size - m, r)
+
+
+def _first(units: Units, budget: int) -> dict[int, int]:
+    """Per job (those with any), how many of its nodes are among the `budget` first of all
+    jobs' nodes in (key, job id) order: what moving one node at a time to or from the job
+    ranked first, re-ranking after each, comes to.
+
+    Each job's keys come in increasing order, so everything below a level comes first,
+    whatever the level. The level is estimated by taking each job's keys as linear in m
+    (they are, up to rounding, for every strategy here); the nodes below it are counted
+    exactly (with the real keys), and what the estimate is off by (about a node per job)
+    is dropped from the largest keys counted, or added from the smallest left, on a heap.
+    Any estimate gives the same result; a good one only makes it quick."""
+    if budget <= 0:
+        return {}
+    if sum(cap for _, _, cap in units) <= budget:
+        return {j: cap for j, _, cap in units}
+    if budget <= 2 * len(units):
+        # Few nodes for the jobs there are: node by node on a heap is cheaper than a level.
+        heap = [(key(0), j, i) for i, (j, key, _) in enumerate(units)]
+        heapq.heapify(heap)
+        taken = [0] * len(units)
+        for _ in range(budget):
+            _, j, i = heapq.heappop(heap)
+            taken[i] = m = taken[i] + 1
+            if m < units[i][2]:
+                heapq.heappush(heap, (units[i][1](m), j, i))
+        return {units[i][0]: m for i, m in enumerate(taken) if m}
+    # The linear counts' breakpoints: a job's count starts rising at its first key and
+    # stops at its last (slope 1/step in between); a job of one node (or whose keys do not
+    # rise) counts all at once at its first key.
+    first: list[float] = []
+    steps: list[float] = []
+    points: list[tuple[float, float, int]] = []  # (level, change of slope, jump)
+    for _, key, cap in units:
+        k0 = key(0)
+        step = key(1) - k0 if cap > 1 else 0.0
+        first.append(k0)
+        steps.append(step)
+        if step > 0:
+            points.append((k0, 1.0 / step, 0))
+            points.append((k0 + cap * step, -1.0 / step, 0))
         else:
-            hi = mid - 1
-    return lo
+            points.append((k0, 0.0, cap))
+    points.sort()
+    level = points[-1][0]
+    value = slope = 0.0
+    prev = points[0][0]
+    for at, dslope, jump in points:
+        reached = value + slope * (at - prev)
+        if reached >= budget:
+            level = prev + (budget - value) / slope
+            break
+        value, prev = reached + jump, at
+        slope += dslope
+        if value >= budget:
+            level = at
+            break
+    # The exact count below the level, per job: the estimate m (keys taken as linear),
+    # corrected until key(m - 1) < level <= key(m).
+    counts: list[int] = []
+    total = 0
+    for (_, key, cap), k0, step in zip(units, first, steps):
+        if level <= k0:
+            m = 0
+        else:
+            m = cap if step <= 0 else max(1, min(cap, math.ceil((level - k0) / step)))
+            while m > 0 and key(m - 1) >= level:
+                m -= 1
+            while m < cap and key(m) < level:
+                m += 1
+        counts.append(m)
+        total += m
+    if total > budget:  # drop the largest keys counted
+        top = [(-units[i][1](m - 1), -units[i][0], i) for i, m in enumerate(counts) if m > 0]
+        heapq.heapify(top)
+        for _ in range(total - budget):
+            _, _, i = heapq.heappop(top)
+            counts[i] = m = counts[i] - 1
+            if m > 0:
+                heapq.heappush(top, (-units[i][1](m - 1), -units[i][0], i))
+    elif total < budget:  # add the smallest keys left
+        low = [(units[i][1](m), units[i][0], i) for i, m in enumerate(counts) if m < units[i][2]]
+        heapq.heapify(low)
+        for _ in range(budget - total):
+            _, _, i = heapq.heappop(low)
+            counts[i] = m = counts[i] + 1
+            if m < units[i][2]:
+                heapq.heappush(low, (units[i][1](m), units[i][0], i))
+    return {units[i][0]: m for i, m in enumerate(counts) if m}
