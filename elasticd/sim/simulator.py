@@ -112,18 +112,54 @@ class Simulation:
         self.core = Core((f"n{i}" for i in range(nodes)), policy, order_deadline=math.inf)
         self.core.record_hosts = record_hosts
         self.policy = policy
-        self._events: list[tuple[float, int, int, int, int]] = []
+        self._events: list[tuple[float, int, int, int]] = []  # (time, sequence, kind, index or job)
         self._seq = 0
         self._sim_of: dict[int, SimJob] = {}  # core job id -> workload job
         self._progress: dict[int, WorkProgress] = {}
-        self._version: dict[int, int] = {}
-        self._limit_version: dict[int, int] = {}
+        # A job's end and its time limit are timers that move with every resize (a job of
+        # Avg is resized a dozen times). Each is due at one (time, sequence) key, its latest
+        # setting; the heap holds one entry per timer carrying it, at or before that key,
+        # and an entry that pops before the key it carries is pushed again at that key.
+        # A timer moved later is thus not pushed again each time, and a timer fires at the
+        # very place in the event order its latest setting would have put it.
+        self._end_due: dict[int, tuple[float, int]] = {}
+        self._end_carried: dict[int, tuple[float, int]] = {}
+        self._limit_due: dict[int, tuple[float, int]] = {}
+        self._limit_carried: dict[int, tuple[float, int]] = {}
         self.passes = 0
         self.resizes = 0
 
-    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+    def _push(self, t: float, kind: int, a: int) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (t, self._seq, kind, a, b))
+        heapq.heappush(self._events, (t, self._seq, kind, a))
+
+    def _set_timer(self, t: float, kind: int, job_id: int, due: dict[int, tuple[float, int]],
+                   carried: dict[int, tuple[float, int]]) -> None:
+        """Set the job's end or limit timer to fire at t (see __init__)."""
+        self._seq += 1
+        key = (t, self._seq)
+        due[job_id] = key
+        c = carried.get(job_id)
+        if c is None or key < c:
+            carried[job_id] = key
+            heapq.heappush(self._events, (t, self._seq, kind, job_id))
+
+    def _timer_fires(self, t: float, seq: int, kind: int, job_id: int, due: dict[int, tuple[float, int]],
+                     carried: dict[int, tuple[float, int]]) -> bool:
+        """A timer entry popped: whether the timer fires now (else it was moved)."""
+        key = (t, seq)
+        if carried.get(job_id) != key:
+            return False  # superseded by an earlier entry that carries the timer
+        d = due.get(job_id)
+        if d == key:
+            del carried[job_id], due[job_id]
+            return True
+        if d is None:
+            del carried[job_id]
+            return False  # cancelled
+        carried[job_id] = d  # moved later: carried on to its key
+        heapq.heappush(self._events, (d[0], d[1], kind, job_id))
+        return False
 
     def run(self) -> list[JobOutcome]:
         """Every job's outcome.
@@ -147,30 +183,33 @@ class Simulation:
         interval = getattr(self.policy, "min_resize_interval", None)
         events = self._events
         core = self.core
+        end_due, end_carried = self._end_due, self._end_carried
+        limit_due, limit_carried = self._limit_due, self._limit_carried
+        fires = self._timer_fires
         while events:
             now = events[0][0]
             happened = False
             limits: list[int] = []
             while events and events[0][0] == now:
-                _, _, kind, a, b = heapq.heappop(events)
-                if kind == _SUBMIT:
+                _, seq, kind, a = heapq.heappop(events)
+                if kind == _END:
+                    if fires(now, seq, kind, a, end_due, end_carried):
+                        core.handle(ev.Exited(now, a, 0, 0))
+                        self._progress.pop(a, None)
+                        happened = True
+                elif kind == _LIMIT:
+                    if fires(now, seq, kind, a, limit_due, limit_carried):
+                        limits.append(a)
+                elif kind == _SUBMIT:
                     j = self.jobs[a]
                     jid = core.next_job_id
                     core.handle(ev.Submitted(now, jid, _spec(j)))
                     self._sim_of[jid] = j
                     happened = True
-                elif kind == _END:
-                    if self._version.get(a) == b:
-                        core.handle(ev.Exited(now, a, 0, 0))
-                        self._progress.pop(a, None)
-                        happened = True
                 elif kind == _REGISTER:
                     if core.jobs[a].state.holds_nodes:
                         core.handle(ev.Registered(now, a))
                         happened = True
-                elif kind == _LIMIT:
-                    if self._limit_version.get(a) == b:
-                        limits.append(a)
                 else:
                     happened = True  # a wake-up: the resize interval passed
             for jid in limits:  # after the ends of this instant: an end at the limit completes
@@ -192,11 +231,43 @@ class Simulation:
 
     def _apply(self, actions: list[Action], now: float) -> bool:
         """Carry actions out instantly; True if another pass is due at this instant (a
-        shrink freed nodes, or a malleable job registered)."""
+        shrink freed nodes, or a malleable job registered). The most frequent kinds are
+        looked for first: a resize makes several actions, hundreds of thousands in a long
+        run."""
         core = self.core
         again = False
         for a in actions:
-            if isinstance(a, Launch):
+            if isinstance(a, ArmLimit):
+                self._set_timer(a.at, _LIMIT, a.job_id, self._limit_due, self._limit_carried)
+            elif isinstance(a, SendOrder):
+                job = core.jobs[a.job_id]
+                if a.kind is OrderKind.SHRINK:
+                    keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
+                    for r in core.handle(ev.ShrinkAnswered(now, a.job_id, a.order_id, tuple(keep[-a.count :]))):
+                        assert isinstance(r, Reclaim)
+                        moved = core.handle(ev.HostsGone(now, r.job_id, r.hosts))  # the limit moves
+                        if moved:
+                            self._apply(moved, now)
+                    self._progress[a.job_id].resize(len(job.hosts), now)
+                    again = True  # nodes freed by a shrink can start something in another pass now
+                else:
+                    moved = core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts)))
+                    if moved:
+                        self._apply(moved, now)
+                    j = self._sim_of[a.job_id]
+                    # The old size computes on while the new processes start and join.
+                    delay = j.grow_latency + j.grow_latency_per_node * a.count
+                    self._progress[a.job_id].resize(len(job.hosts), now + delay)
+                self._reschedule_end(a.job_id, now)
+                self.resizes += 1
+            elif isinstance(a, LaunchJoining):
+                pass  # the simulated application's new processes are up at once
+            elif isinstance(a, Reclaim):
+                moved = core.handle(ev.HostsGone(now, a.job_id, a.hosts))
+                if moved:
+                    self._apply(moved, now)
+                again = True
+            elif isinstance(a, Launch):
                 j = self._sim_of[a.job_id]
                 p = WorkProgress(j.work, j.speedup, j.cost, len(a.hosts), now)
                 if not j.malleable and len(a.hosts) == j.nodes:
@@ -214,45 +285,16 @@ class Simulation:
                         core.handle(ev.Registered(now, a.job_id))
                         again = True
                 self._reschedule_end(a.job_id, now)
-            elif isinstance(a, SendOrder):
-                job = core.jobs[a.job_id]
-                if a.kind is OrderKind.SHRINK:
-                    keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
-                    for r in core.handle(ev.ShrinkAnswered(now, a.job_id, a.order_id, tuple(keep[-a.count :]))):
-                        assert isinstance(r, Reclaim)
-                        self._apply(core.handle(ev.HostsGone(now, r.job_id, r.hosts)), now)  # the limit moves
-                    self._progress[a.job_id].resize(len(job.hosts), now)
-                else:
-                    self._apply(core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts))), now)
-                    j = self._sim_of[a.job_id]
-                    # The old size computes on while the new processes start and join.
-                    delay = j.grow_latency + j.grow_latency_per_node * a.count
-                    self._progress[a.job_id].resize(len(job.hosts), now + delay)
-                self._reschedule_end(a.job_id, now)
-                # Only nodes freed by a shrink can start something in another pass now.
-                again = again or a.kind is OrderKind.SHRINK
-                self.resizes += 1
-            elif isinstance(a, Reclaim):
-                self._apply(core.handle(ev.HostsGone(now, a.job_id, a.hosts)), now)
-                again = True
             elif isinstance(a, Terminate):
                 # SIGTERM: the simulated processes are gone at once.
                 core.handle(ev.Exited(now, a.job_id, None, 15))
                 self._progress.pop(a.job_id, None)
-                self._version[a.job_id] = self._version.get(a.job_id, 0) + 1
+                self._end_due.pop(a.job_id, None)  # its end never comes
                 again = True
-            elif isinstance(a, LaunchJoining):
-                pass  # the simulated application's new processes are up at once
-            elif isinstance(a, ArmLimit):
-                v = self._limit_version.get(a.job_id, 0) + 1
-                self._limit_version[a.job_id] = v
-                self._push(a.at, _LIMIT, a.job_id, v)
         return again
 
     def _reschedule_end(self, job_id: int, now: float) -> None:
-        v = self._version.get(job_id, 0) + 1
-        self._version[job_id] = v
-        self._push(self._progress[job_id].end_time(now), _END, job_id, v)
+        self._set_timer(self._progress[job_id].end_time(now), _END, job_id, self._end_due, self._end_carried)
 
     def _outcomes(self) -> list[JobOutcome]:
         out = []
