@@ -192,7 +192,10 @@ class Core:
     def _mut(self, job_id: int) -> Job:
         """The job, about to be changed: its cached view is dropped, the journal told, and
         inside a transaction its state before the change kept (for rollback)."""
-        job = self.job(job_id)
+        try:
+            job = self.jobs[job_id]
+        except KeyError:
+            raise UnknownJob(f"no job {job_id}") from None
         if job_id in self._active:
             self._active[job_id] = None
             self._stale.add(job_id)
@@ -355,7 +358,7 @@ class Core:
         return RunningView(
             job_id=j.job_id,
             kind=j.kind,
-            size=j.size - len(j.leaving),
+            size=len(j.hosts) - len(j.leaving),
             min_nodes=lo,
             max_nodes=hi,
             preferred=pref,
@@ -371,7 +374,7 @@ class Core:
             shrinking=o.count if o is not None and o.kind is OrderKind.SHRINK and o.settled is None else 0,
             submit_time=j.submit_time,
             model=j.spec.model,
-            evolution=j.spec.evolution_steps,
+            evolution=j.evolution_steps,
             history=j.size_history(),
             limit_end=j.limit_due,
         )
@@ -380,7 +383,7 @@ class Core:
     def _pending_view(j: Job) -> PendingView:
         lo, hi, pref = j.bounds
         return PendingView(
-            j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit, j.spec.model, j.spec.evolution_steps
+            j.job_id, j.submit_time, j.kind, lo, hi, pref, j.time_limit, j.spec.model, j.evolution_steps
         )
 
     # ---- recovery --------------------------------------------------------------------------
@@ -652,6 +655,8 @@ class Core:
 
     def _check_own_hosts(self, job: Job, hosts: list[str]) -> None:
         """Reject naming a host the job does not hold, or is already giving back."""
+        if not self.nodes.not_held(job.job_id, hosts) and job.leaving.isdisjoint(hosts):
+            return
         holds = self.nodes.holds
         foreign = [h for h in hosts if not holds(job.job_id, h) or h in job.leaving]
         if foreign:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from elastic_protocol.jobspec import JobKind, JobSpec
+from elastic_protocol.models import ReconfigCost, SpeedupModel
 from elasticd.core.events import SIZE_CHANGES, Cause, JobEventKind
 from elasticd.core.orders import Order
 from elasticd.core.states import JobState
+
+_HOLDING = (JobState.RUNNING, JobState.RESIZING)  # JobState.holds_nodes, for account
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,13 @@ class Job:
         self.kind: JobKind = self.spec.resolved_kind
         self.bounds: tuple[int, int, int] = self.spec.node_bounds
         self.time_limit: int | None = self.spec.limit_seconds
+        # What its time limit is scaled by (elasticd.core.limits), parsed once: the limit
+        # moves on every resize, a dozen per job under some policies.
+        model = self.spec.model
+        self.limit_speedup: SpeedupModel | None = None if model is None else model.speedup_model
+        self.limit_cost: ReconfigCost | None = None if model is None else model.reconfig_cost
+        self.limit_preferred: int = self.spec.node_bounds[2]
+        self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
 
     @property
     def size(self) -> int:
@@ -112,9 +122,10 @@ class Job:
 
     def account(self, now: float) -> None:
         """Close the current size segment so node_seconds is exact across resizes."""
-        if self._size_since is not None:
-            self.node_seconds += self.size * max(0.0, now - self._size_since)
-        self._size_since = now if self.state.holds_nodes else None
+        since = self._size_since
+        if since is not None:
+            self.node_seconds += len(self.hosts) * max(0.0, now - since)
+        self._size_since = now if self.state in _HOLDING else None
 
     def node_seconds_at(self, now: float) -> float:
         """Node-seconds used so far, counting the segment still open."""

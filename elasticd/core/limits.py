@@ -17,13 +17,12 @@ from elasticd.core.job import Job
 
 
 def _rate(job: Job, n: int) -> float:
-    model = job.spec.model
-    if model is None or n <= 0:
+    s = job.limit_speedup
+    if s is None or n <= 0:
         return 1.0
-    pref = job.spec.node_bounds[2]
+    pref = job.limit_preferred
     if n == pref:
-        return 1.0  # S(n) / S(n), exactly 1.0 whatever the model: no need to parse it
-    s = model.speedup_model
+        return 1.0  # S(n) / S(n), exactly 1.0 whatever the model
     return s.speedup(n) / s.speedup(pref)
 
 
@@ -43,10 +42,10 @@ def resize_limit(job: Job, old: int, new: int, now: float) -> float | None:
     """The job went from `old` to `new` nodes now: when its limit falls from here on (None
     when it does not move: no limit, or no model to scale it by)."""
     limit = job.time_limit
-    model = job.spec.model
-    if limit is None or model is None or job.limit_since is None or old == new:
+    cost = job.limit_cost
+    if limit is None or cost is None or job.limit_since is None or old == new:
         return None
     job.limit_used += max(0.0, now - job.limit_since) * _rate(job, old)
-    job.limit_since = max(now, job.limit_since) + model.reconfig_cost.seconds(old, new)
+    job.limit_since = max(now, job.limit_since) + cost.seconds(old, new)
     job.limit_due = job.limit_since + max(0.0, limit - job.limit_used) / _rate(job, new)
     return job.limit_due

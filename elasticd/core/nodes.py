@@ -53,17 +53,24 @@ class Intervals:
 
     def add(self, s: int, e: int) -> None:
         """[s, e) must not overlap what is held."""
+        self.add_runs([(s, e)])
+
+    def add_runs(self, runs: list[tuple[int, int]]) -> None:
+        """`add` for each run (none may overlap what is held), in one call: a job's nodes
+        come and go in a few runs at every resize."""
         starts, ends = self.starts, self.ends
-        i = bisect.bisect_left(starts, s)
-        if i > 0 and ends[i - 1] == s:
-            i -= 1
-            ends[i] = e
-        else:
-            starts.insert(i, s)
-            ends.insert(i, e)
-        if i + 1 < len(starts) and starts[i + 1] == ends[i]:
-            ends[i] = ends[i + 1]
-            del starts[i + 1], ends[i + 1]
+        bisect_left = bisect.bisect_left
+        for s, e in runs:
+            i = bisect_left(starts, s)
+            if i > 0 and ends[i - 1] == s:
+                i -= 1
+                ends[i] = e
+            else:
+                starts.insert(i, s)
+                ends.insert(i, e)
+            if i + 1 < len(starts) and starts[i + 1] == ends[i]:
+                ends[i] = ends[i + 1]
+                del starts[i + 1], ends[i + 1]
 
     def remove(self, s: int, e: int) -> None:
         """[s, e) must lie inside one interval (true of any run of held indices, since
@@ -165,6 +172,16 @@ class NodeTable:
     def owner_of(self, name: str) -> int | None:
         return self._owner[self.index[name]]
 
+    def not_held(self, job_id: int, names: list[str]) -> list[str]:
+        """Those of the names that are not nodes the job owns (names of no node included)."""
+        index, owner = self.index, self._owner
+        out = []
+        for n in names:
+            i = index.get(n)
+            if i is None or owner[i] != job_id:
+                out.append(n)
+        return out
+
     def holds(self, job_id: int, name: str) -> bool:
         """Whether the job owns this node (False for a name that is no node here)."""
         i = self.index.get(name)
@@ -208,8 +225,8 @@ class NodeTable:
         for s, e in runs:
             owner[s:e] = [job_id] * (e - s)
             chosen.extend(names[s:e])
-        for s, e in runs_to_add:
-            held.add(s, e)
+        if runs_to_add:
+            held.add_runs(runs_to_add)
         self._free_count -= count
         return chosen
 
@@ -258,13 +275,15 @@ class NodeTable:
 
     def _free_runs(self, runs: list[tuple[int, int]]) -> None:
         freed = 0
+        owner = self._owner
         for s, e in runs:
-            self._owner[s:e] = [None] * (e - s)
+            owner[s:e] = [None] * (e - s)
             freed += e - s
-            if self.down:
+        if self.down:
+            for s, e in runs:
                 freed -= self._insert_free_up(s, e)
-            else:
-                self._free.add(s, e)
+        else:
+            self._free.add_runs(runs)
         self._free_count += freed
 
     # ---- nodes that stop answering (cluster mode) -----------------------------------------
