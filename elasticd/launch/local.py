@@ -303,25 +303,34 @@ class LocalLauncher:
         await on_job_fs(f"working_dir {workdir}", lambda: _check_start(req.spec.command[0], workdir, search),
                         lambda _: None, fs_wait())
         job = self._jobs.get(req.job_id)
+        if req.joining and (job is None or job.done):
+            # A job over, its exit on its way, too: processes started for it now would run on
+            # untracked, on nodes about to be freed.
+            raise LaunchError(f"job {req.job_id} has no running processes to join")
         if job is None:
-            if req.joining:
-                raise LaunchError(f"job {req.job_id} has no running processes to join")
             job = self._jobs[req.job_id] = _LocalJob(req.job_id)
         started: list[_HostProc] = []
+        failed: LaunchError | OSError | None = None
         job.starting += 1
         try:
             for host in req.hosts:
                 index = req.all_hosts.index(host)
                 started.append(await self._start_one(req, host, index, hostfile, workdir))
         except (LaunchError, OSError) as exc:
+            failed = exc
             await self._end(job, started)
-            if not job.procs:
-                self._jobs.pop(req.job_id, None)
-            if isinstance(exc, LaunchError):
-                raise
-            raise LaunchError(_describe_spawn_error(exc, req.spec.command[0])) from None
         finally:
             job.starting -= 1
+        if failed is not None:
+            if not job.procs:
+                self._jobs.pop(req.job_id, None)
+            else:
+                # Its other processes may have ended while this start was pending (a cancel,
+                # its limit, its own end): their exits were heard when it could not be over.
+                await self._settle(job)
+            if isinstance(failed, LaunchError):
+                raise failed
+            raise LaunchError(_describe_spawn_error(failed, req.spec.command[0])) from None
         for hp in started:
             hp.joining = req.joining
             job.procs[hp.host] = hp
@@ -429,6 +438,10 @@ class LocalLauncher:
             hp.released = True
             code, sig = _job_exit([hp])
             await call_back(self.on_join_failed, job.job_id, hp.host, code, sig)
+        await self._settle(job)
+
+    async def _settle(self, job: _LocalJob) -> None:
+        """The job's exit, once every process it has ended and no start of more is on its way."""
         if job.done or job.starting or any(p.returncode is None for p in job.procs.values()):
             return
         job.done = True

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from faults_support import cli, start
 
-from conftest import BIN, FreezableFs, wait_until
+from conftest import BIN, FreezableFs, wait_until, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -262,3 +262,47 @@ def test_an_output_file_on_a_hung_file_system_holds_only_its_own_launch(
     freezable_fs.thaw()
     daemon = psutil.Process(d.record.pid)
     assert wait_until(lambda: out.exists() and not any(f.path == str(out) for f in daemon.open_files()), 10)
+
+
+def test_a_job_cancelled_while_its_grow_waits_on_a_hung_file_system_ends_and_frees_its_nodes(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grow's new process writes its output on a file system that does not answer: its
+    start waits ELASTIC_FS_WAIT seconds, then fails. The cancel, meanwhile, ended the job's
+    leader, whose exit came while a start was on its way (the job could not be over then):
+    the failed start settles the job. Before, it stayed ending for ever and held both nodes."""
+    import sys
+
+    recorder = Path(__file__).resolve().parent.parent / "apps" / "recorder.py"
+    monkeypatch.setenv("ELASTIC_FS_WAIT", "15")  # room for two CLI calls on a loaded machine
+    outs = tmp_path / "outs"
+    (outs / "0").mkdir(parents=True)
+    (outs / "1").symlink_to(freezable_fs.mount)  # the grow's process is task 1
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    blocker = d.submit(job(tmp_path, "blocker", "sleep 300"))
+    d.wait_event(blocker, "launched")
+    rec = d.submit(write_job(tmp_path, "rec", f'''
+        name = "rec"
+        command = ["{sys.executable}", "{recorder}"]
+        nodes = {{ min = 1, max = 2 }}
+        kind = "malleable"
+        working_dir = "{tmp_path}"
+        output = "{outs}/%t/rec.out"
+        time_limit = "2"
+    '''))
+    d.wait_event(rec, "registered")
+    assert d.job(rec)["hosts"] == ["node2"]
+    assert cli(d.state_dir, "ecancel", str(blocker)).returncode == 0
+    d.wait([blocker])
+    freezable_fs.freeze()
+    r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", "--no-wait")
+    assert r.returncode == 0, r.stderr
+    d.wait_event(rec, "grow_ordered")
+    assert cli(d.state_dir, "ecancel", str(rec)).returncode == 0
+    # The cancel came while the grow's start was still waiting on its output.
+    assert d.job(rec)["state"] == "RUNNING" and "order_failed" not in d.events(rec), d.events(rec)
+    d.wait([rec], timeout=60)
+    info = d.job(rec)
+    assert info["state"] == "CANCELLED", info
+    after = d.submit(job(tmp_path, "after", "echo both nodes", nodes=2))
+    d.wait([after], timeout=30)
+    assert d.job(after)["state"] == "COMPLETED"
