@@ -174,7 +174,8 @@ class JobLost(_Event):
 @dataclass(frozen=True, slots=True)
 class NeverLaunched(_Event):
     """After a daemon restart: the job's start was recorded but not its launch, and no process
-    of it exists on any of its hosts (all of them checked). It never ran, so it can simply be
+    of it exists on any of its hosts (all of them checked), none ever started or those of a
+    launch the crash cut short ended by the driver. It never ran whole, so it can simply be
     started again: it goes back to the queue, as Slurm requeues a job whose launch failed
     before it ran, rather than ending as a failure (JobLost) for a crash of the daemon."""
 

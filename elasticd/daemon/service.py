@@ -134,6 +134,18 @@ def _host_launcher(launcher: object) -> object:
     return getattr(launcher, "base", launcher)
 
 
+def _launch_hosts(job: Job) -> list[str]:
+    """The hosts where a launch starts a process of the job: all of them, but for an MPI job
+    only the first, whose mpirun starts the ranks everywhere (MpiLauncher.adopt, given the
+    run's record, counts the job found on every host once mpirun is)."""
+    return job.hosts[:1] if job.spec.launcher == "mpi" else list(job.hosts)
+
+
+# Seconds recovery waits, once the launcher has ended the processes of a launch cut short,
+# for its report that they are gone (it follows at once; a process SIGKILL cannot end never
+# reports).
+_CUT_SHORT_WAIT = 30.0
+
 # How many times a deadline waits for input already sent before it is applied, and how long.
 _DEADLINE_INPUT_WAITS = 40
 _DEADLINE_INPUT_STEP = 0.05
@@ -222,6 +234,9 @@ class Daemon:
         self._restored_limits: list[Action] = []
         # While the jobs of a previous daemon are taken back, no pass runs (see _recover).
         self._recovering = False
+        # Jobs whose cut-short launch recovery is ending (_requeue_cut_short): the launcher's
+        # report that their processes are gone resolves these, and is not the job's end.
+        self._cut_short: dict[int, asyncio.Future[None]] = {}
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
         self.allocation: AllocationResizer | None = None
 
@@ -476,7 +491,7 @@ class Daemon:
     async def _recover(self) -> None:
         """Find the processes of the jobs that were running and settle what was in flight.
         No pass runs meanwhile: a requeued job is started again only once whatever its cut
-        short launch left is ended (_end_strays)."""
+        short launch left is ended (_requeue_cut_short, _end_strays)."""
         self._recovering = True
         try:
             await self._take_back()
@@ -487,10 +502,12 @@ class Daemon:
 
     async def _take_back(self) -> None:
         """Each job that held nodes: its processes found again and watched; or, none found,
-        requeued if its launch was never recorded (it never ran), else NODE_FAIL."""
+        requeued if its launch was never recorded (it never ran), else NODE_FAIL. A launch
+        that was never recorded and left processes on only some hosts is ended and requeued."""
         now = self.now()
         adopt = getattr(self.launcher, "adopt", None)
         limits = {a.job_id: a for a in self._restored_limits if isinstance(a, ArmLimit)}
+        cut_short: dict[int, tuple[list[str], list[str]]] = {}
         for jid in self.core.active_ids:
             job = self.core.job(jid)
             found: list[str] = []
@@ -515,8 +532,13 @@ class Daemon:
                 continue
             log.info("job %d: found again on %s", jid, ",".join(found))
             if not job.launched:
-                # Launched by the previous daemon, which died before it recorded so.
-                missing = [h for h in job.hosts if h not in found]
+                # Launched by the previous daemon, which died before it recorded so; or the
+                # daemon died half way through the launch, and part of the job never started.
+                missing = [h for h in _launch_hosts(job) if h not in found]
+                if missing and job.ending_as is None and self._all_checked(job.hosts):
+                    self._cut_short[jid] = asyncio.get_running_loop().create_future()
+                    cut_short[jid] = (found, missing)
+                    continue
                 if missing:
                     log.warning("job %d: its launch was cut short: no process on %s", jid, ",".join(missing))
                 self._do(ev.Launched(now, jid))
@@ -539,6 +561,45 @@ class Daemon:
                         now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
                 self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
+        if cut_short:
+            await asyncio.gather(*(self._requeue_cut_short(jid, found, missing, limits.get(jid))
+                                   for jid, (found, missing) in cut_short.items()))
+
+    async def _requeue_cut_short(self, jid: int, found: list[str], missing: list[str], limit: ArmLimit | None) -> None:
+        """A launch the crash cut short: the job's processes run on some of its hosts and
+        never started on the others. Taken as launched, it would run without them (an
+        application that expects a process on every host misses ranks) and might still end
+        COMPLETED. As Slurm requeues a job whose launch failed on a node, what was started is
+        ended (its whole process groups, as for a cancel) and the job goes back to the queue,
+        to start again, once, on all of its hosts. It is requeued only once the launcher
+        reported those processes gone, and no pass runs before recovery is done: the next
+        start never runs beside them. If they cannot be seen to end, the job keeps its nodes
+        and is taken as launched (it ends as its processes do), rather than requeued beside
+        them."""
+        done = self._cut_short[jid]
+        why = (f"launch cut short: the daemon stopped after starting it on {','.join(found)} and before "
+               f"{','.join(missing)}; what it started was ended")
+        log.warning("job %d: its launch was cut short: processes on %s, none on %s; ending them to start the job "
+                    "again", jid, ",".join(found), ",".join(missing))
+
+        # Not cancelled half way: SIGKILL follows SIGTERM whatever happens next.
+        await self.launcher.terminate(jid, tuple(found))
+        try:
+            # The launcher's report: every process it found is gone.
+            await asyncio.wait_for(asyncio.shield(done), _CUT_SHORT_WAIT)
+        except TimeoutError:
+            log.error("job %d: its launch was cut short (no process on %s) and its processes on %s were not "
+                      "seen to end: it is not started again; it ends as they do", jid, ",".join(missing),
+                      ",".join(found))
+            self._cut_short.pop(jid, None)
+            self._do(ev.Launched(self.now(), jid))
+            if limit is not None:
+                self._arm_limit(limit)
+            return
+        self._cut_short.pop(jid, None)
+        log.warning("job %d: %s; back in the queue", jid, why)
+        self._do(ev.NeverLaunched(self.now(), jid, why))
+        self._job_ended(jid)
 
     def _all_checked(self, hosts: list[str]) -> bool:
         """Whether the launcher could look at every one of these hosts: on a node that is
@@ -1093,6 +1154,12 @@ class Daemon:
         self._do(ev.LimitReached(self.now(), job_id))
 
     async def _on_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
+        cut_short = self._cut_short.get(job_id)
+        if cut_short is not None:
+            # The processes of a launch cut short, ended to start the job again: not its end.
+            if not cut_short.done():
+                cut_short.set_result(None)
+            return
         self._do(ev.Exited(self.now(), job_id, code, sig))
         job = self.core.job(job_id)
         log.info("job %d ended: %s %s", job_id, job.state.value, job.exit_text)
