@@ -89,3 +89,17 @@ def test_the_readme_table_shows_the_summary_fractions_and_leaves_the_whole_curve
     # Run at none of the summary's fractions: every fraction run is shown.
     odd = readme_table(results, ["t"], ["easy", "min"], [0.0, 0.1, 0.3])
     assert [ln.split(" | ")[1] for ln in odd.splitlines() if ln.startswith("| t |")] == ["10 %", "30 %"]
+
+
+@pytest.mark.timeout(120)
+def test_a_readme_that_cannot_be_written_is_refused_before_any_run(tmp_path: Path) -> None:
+    """An evaluation takes hours: a README missing, or without the section, is said at once,
+    not by a traceback after the last run."""
+    out = tmp_path / "evaluation"
+    missing = evaluate(out, tmp_path / "README.md")
+    assert missing.returncode != 0 and "cannot read it: No such file or directory" in missing.stderr, missing.stderr
+    (tmp_path / "README.md").write_text("# no section\n")
+    unmarked = evaluate(out, tmp_path / "README.md")
+    assert unmarked.returncode != 0 and "no <!-- BEGIN evaluation -->" in unmarked.stderr, unmarked.stderr
+    assert "Traceback" not in missing.stderr + unmarked.stderr
+    assert not (out / "runs.jsonl").exists()

@@ -58,6 +58,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ElasticError("--nodes and --cores-per-node apply to every TRACE named: name the traces they describe")
     if args.max_jobs is not None and args.max_jobs < 1:
         raise ElasticError("--max-jobs must be at least 1")
+    if args.readme is not None:
+        ev.readme_section(args.readme, "evaluation")
     paths = args.traces or sorted(DEFAULT_TRACES.glob("*.swf.gz"))
     if not paths:
         raise ElasticError(f"no traces given and none in {DEFAULT_TRACES} (run from the repository, or name them)")

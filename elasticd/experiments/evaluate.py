@@ -373,12 +373,26 @@ def _vs_bsld(c: Cell, easy: Cell) -> str:
     return f"{100 * (c.mean('mean_bounded_slowdown') / easy.mean('mean_bounded_slowdown') - 1):+.1f} %"
 
 
-def update_readme(readme: Path, marker: str, body: str) -> None:
-    """Replace what stands between <!-- BEGIN marker --> and <!-- END marker -->."""
-    text = readme.read_text()
+def readme_section(readme: Path, marker: str) -> str:
+    """The README's text, if it has the section to regenerate. Called before a long run too:
+    an evaluation of hours must not end with a README it cannot write."""
+    try:
+        text = readme.read_text()
+    except OSError as exc:
+        raise ElasticError(f"--readme {readme}: cannot read it: {exc.strerror}") from None
     begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
     if begin not in text or end not in text:
         raise ElasticError(f"{readme}: no {begin} ... {end} section to regenerate")
+    return text
+
+
+def update_readme(readme: Path, marker: str, body: str) -> None:
+    """Replace what stands between <!-- BEGIN marker --> and <!-- END marker -->."""
+    text = readme_section(readme, marker)
+    begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{body}{end}{tail}")
+    try:
+        readme.write_text(f"{head}{begin}\n{body}{end}{tail}")
+    except OSError as exc:
+        raise ElasticError(f"--readme {readme}: cannot write it: {exc.strerror}") from None

@@ -229,10 +229,9 @@ def _against(r: dict[str, Any], best: dict[str, Any], m: str) -> str:
 
 def check_readme(folder: Path, readme: Path) -> None:
     """Before a long run: the README given for the table must have the folder's section."""
-    marker = folder.resolve().name
-    text = readme.read_text() if readme.exists() else ""
-    if f"<!-- BEGIN {marker} -->" not in text or f"<!-- END {marker} -->" not in text:
-        raise ElasticError(f"{readme}: no <!-- BEGIN {marker} --> ... <!-- END {marker} --> section for the table")
+    from elasticd.experiments.evaluate import readme_section
+
+    readme_section(readme, folder.resolve().name)
 
 
 def write_experiment_table(folder: Path, rows: list[dict[str, Any]], command: str, readme: Path | None = None) -> Path:
