@@ -144,8 +144,11 @@ def aggregate(rows: list[RunRow]) -> Iterator[dict[str, Any]]:
         yield rec
 
 
-def text_progress(stream: TextIO = sys.stderr) -> Callable[[int, int, RunRow], None]:
-    """A progress bar on a terminal, one line per run otherwise (logs stay readable)."""
+def text_progress(stream: TextIO | None = None) -> Callable[[int, int, RunRow], None]:
+    """A progress bar on a terminal, one line per run otherwise (logs stay readable). The
+    stream is stderr as it is when called, not when this module was imported (a default
+    bound at import kept a stream pytest had closed since)."""
+    stream = stream if stream is not None else sys.stderr
     tty = stream.isatty()
     start = time.monotonic()
 
