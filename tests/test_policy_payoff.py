@@ -116,3 +116,22 @@ def test_room_plans_from_loans_and_widest_jobs_match_a_walk_of_the_donors() -> N
     unlent = running(1, 4, pref=4, lo=2)
     out = Payoff().decide(snap(0, (short,), (unlent, wide, narrow), total=16))
     assert out == [Shrink(1, 2), Shrink(2, 5)]
+
+
+def test_a_wait_is_priced_against_the_run_a_limit_allows_not_the_limit_itself() -> None:
+    """A limit bounds a run; a job's expected 1/run given only its limit L is (1 + ln(L/tau))/L
+    (run uniform on (0, L]). A 1-node job with a 1-day limit waits 2,000 s for a node held by
+    a rigid job, while a wide malleable job could give one at a small slowdown: priced at its
+    limit the wait saved looked too small (2,000 / 86,400 = 0.023 against the donor's 0.056); at its
+    expected run it is 0.23."""
+    from math import log
+
+    from elasticd.policies.payoff import expected_inverse_run
+
+    assert expected_inverse_run(None) == 0.0 and expected_inverse_run(5.0) == 1 / 10
+    assert abs(expected_inverse_run(86400.0) - (1 + log(8640.0)) / 86400.0) < 1e-15
+    rigid = RunningView(job_id=9, kind=R, size=4, min_nodes=4, max_nodes=4, preferred=4, start_time=NOW - 10,
+                        time_limit=2010.0, malleable_ready=False, last_resize=None, ending=False, submit_time=NOW - 10)
+    wide = running(1, 12, pref=12, lo=4, limit=36000.0)
+    short = waiting(2, 1, limit=86400.0)
+    assert Payoff().decide(snap(0, (short,), (rigid, wide))) == [Shrink(1, 1)]
