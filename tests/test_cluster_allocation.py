@@ -68,7 +68,9 @@ def test_release_idle_gives_idle_nodes_back_to_slurm_and_never_the_first(
         d = daemon_in(state, salloc, tmp_path, "shrink")
         try:
             job = main_job(d)
-            assert slurm_nodes(env, job) == ["node1", "node2", "node3"]
+            # Three nodes at the start (checked in the accounting at the end: on a loaded
+            # machine, 3 s idle may pass before this line, and two may be back with Slurm).
+            assert slurm_nodes(env, job) in (["node1", "node2", "node3"], ["node1"])
             one = d.submit(sleeper(work, "one", 1))
             assert wait_until(lambda: d.job(one)["state"] == "RUNNING", 20)
             assert d.job(one)["hosts"] == ["node1"]
