@@ -122,12 +122,21 @@ def run_grid(
             if progress:
                 progress(i, len(specs), rows[spec])
     else:
-        with ProcessPoolExecutor(workers, initializer=_init, initargs=(source,)) as pool:
+        pool = ProcessPoolExecutor(workers, initializer=_init, initargs=(source,))
+        try:
             futures = {pool.submit(_worker, spec, rule, warmup, params.get(spec.policy)): spec for spec in specs}
             for i, fut in enumerate(as_completed(futures), 1):
                 rows[futures[fut]] = fut.result()
                 if progress:
                     progress(i, len(specs), rows[futures[fut]])
+        except BaseException:
+            # Interrupted (Ctrl-C) or a run failed: the runs not begun are dropped, and only
+            # the ones running are waited for. A `with` block's shutdown makes every queued run
+            # first (hours, for an evaluation); so does one that does not wait, as the pool
+            # it leaves behind is collected before it can drop them.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
     return [rows[s] for s in specs]
 
 
