@@ -91,7 +91,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ev.keep_settings(args.out, settings, args.resume)
     runs = ev.plan(list(sources), policies, fractions, args.seeds)
     t0 = time.perf_counter()
-    results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
+    try:
+        results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
+    except KeyboardInterrupt:
+        kept = len(ev.Results.load(args.out / "runs.jsonl").rows)
+        print(f"\nelasticd evaluate: interrupted; {kept} runs kept in {args.out / 'runs.jsonl'}: "
+              "the same command with --resume goes on from them", file=sys.stderr)
+        raise
     # What regenerates it: --resume only saves time, --workers only spreads it.
     shown, skip = [], False
     for a in sys.argv[2:]:
