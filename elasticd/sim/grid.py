@@ -8,6 +8,7 @@ seed papers report them.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -88,6 +89,14 @@ def _init(source: TraceSource) -> None:
     _trace = source.load()
 
 
+def _init_worker(source: TraceSource) -> None:
+    """A pool worker leaves Ctrl-C to the command (the terminal sends it to every process of
+    the group): the command drops the runs not begun and waits for the ones running, and a
+    worker interrupted in the middle of one printed a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init(source)
+
+
 def run_one(trace: Trace, spec: RunSpec, rule: MalleabilityRule, warmup: float, params: dict[str, Any] | None = None) -> RunRow:
     t = time.perf_counter()
     jobs = build_workload(trace, spec.fraction, spec.seed, rule)
@@ -122,7 +131,7 @@ def run_grid(
             if progress:
                 progress(i, len(specs), rows[spec])
     else:
-        pool = ProcessPoolExecutor(workers, initializer=_init, initargs=(source,))
+        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(source,))
         try:
             futures = {pool.submit(_worker, spec, rule, warmup, params.get(spec.policy)): spec for spec in specs}
             for i, fut in enumerate(as_completed(futures), 1):
