@@ -49,8 +49,21 @@ def allocation(vc: VCluster, tmp_path: Path, script: str, env: dict[str, str], n
         try:
             salloc.wait(timeout=40)
         except subprocess.TimeoutExpired:
-            os.killpg(salloc.pid, signal.SIGTERM)
-            salloc.wait(timeout=30)
+            # A failed test left the script waiting (a daemon to restart, say). salloc runs the
+            # script in a process group of its own: both groups are ended, by force if
+            # SIGTERM is not enough (one such salloc outlived its test by an hour).
+            groups = {salloc.pid}
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                groups |= {os.getpgid(k.pid) for k in psutil.Process(salloc.pid).children(recursive=True)}
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for g in groups:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(g, sig)
+                try:
+                    salloc.wait(timeout=30)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         log.close()
 
 
