@@ -27,7 +27,7 @@ STATE=${VCLUSTER_STATE:-/run/elastic-vcluster}
 NODES=${VCLUSTER_NODES:-3}
 BRIDGE=br-ec
 SUBNET=10.200.0
-PACKAGES=(slurm-wlm munge openssh-server openssh-client procps iproute2 util-linux openmpi-bin libopenmpi-dev gcc libc6-dev)
+PACKAGES=(slurm-wlm munge openssh-server openssh-client procps iproute2 util-linux e2fsprogs openmpi-bin libopenmpi-dev gcc libc6-dev)
 
 die() { echo "vcluster: $*" >&2; exit 1; }
 say() { echo "vcluster: $*"; }
