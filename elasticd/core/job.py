@@ -9,9 +9,7 @@ from elastic_protocol.jobspec import JobKind, JobSpec
 from elastic_protocol.models import ReconfigCost, SpeedupModel
 from elasticd.core.events import SIZE_CHANGES, Cause, JobEventKind
 from elasticd.core.orders import Order
-from elasticd.core.states import JobState
-
-_HOLDING = (JobState.RUNNING, JobState.RESIZING)  # JobState.holds_nodes, for account
+from elasticd.core.states import HOLDING_STATES, JobState
 
 
 class JobEvent(NamedTuple):
@@ -88,7 +86,6 @@ class Job:
         model = self.spec.model
         self.limit_speedup: SpeedupModel | None = None if model is None else model.speedup_model
         self.limit_cost: ReconfigCost | None = None if model is None else model.reconfig_cost
-        self.limit_preferred: int = self.spec.node_bounds[2]
         self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
 
     @property
@@ -129,7 +126,7 @@ class Job:
         since = self._size_since
         if since is not None:
             self.node_seconds += len(self.hosts) * max(0.0, now - since)
-        self._size_since = now if self.state in _HOLDING else None
+        self._size_since = now if self.state in HOLDING_STATES else None  # holds_nodes, without the property call
 
     def node_seconds_at(self, now: float) -> float:
         """Node-seconds used so far, counting the segment still open."""

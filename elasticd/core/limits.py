@@ -20,7 +20,7 @@ def _rate(job: Job, n: int) -> float:
     s = job.limit_speedup
     if s is None or n <= 0:
         return 1.0
-    pref = job.limit_preferred
+    pref = job.bounds[2]
     if n == pref:
         return 1.0  # S(n) / S(n), exactly 1.0 whatever the model
     return s.speedup(n) / s.speedup(pref)

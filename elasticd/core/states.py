@@ -19,9 +19,10 @@ class JobState(str, Enum):
 
     @property
     def holds_nodes(self) -> bool:
-        return self in (JobState.RUNNING, JobState.RESIZING)
+        return self in HOLDING_STATES
 
 
+HOLDING_STATES = frozenset({JobState.RUNNING, JobState.RESIZING})
 FINAL_STATES = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL}
 )
