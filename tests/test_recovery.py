@@ -366,13 +366,15 @@ GATED_NODES = 32
 
 @pytest.mark.timeout(150)
 def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in_their_place_and_run_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, freezable_fs: FreezableFs) -> None:
     """One pass starts 32 jobs at once (their starts committed together) and their processes
-    are launched one after another; the first one to run kills the daemon (SIGKILL), so the
-    jobs after it were started in the journal and never launched. The restarted daemon puts
-    those back in the queue ahead of the jobs submitted after them (same ids, same submit
-    times, a `requeued` entry saying why) and starts them again, and leaves the launched ones
-    running: every job's command runs exactly once, and the event log replays."""
+    are launched; the first one to run kills the daemon (SIGKILL). Every other job's output is
+    on a file system that hangs (frozen), so those cannot have been launched by then: the
+    window is held open, not caught by chance. The restarted daemon puts the jobs that were
+    started in the journal and never launched back in the queue ahead of the jobs submitted
+    after them (same ids, same submit times, a `requeued` entry saying why) and starts them
+    again, and leaves the launched ones running: every job's command runs exactly once, and
+    the event log replays."""
     folder = tmp_path / "work"
     launches = folder / "launches"
     launches.mkdir(parents=True)
@@ -390,11 +392,17 @@ def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in
         '''))
         # The first of them to run kills the daemon (mkdir: exactly one does).
         body = f"mkdir {folder}/killed 2>/dev/null && kill -9 {pid}; echo $$ >> {launches}/$ELASTIC_JOB_ID; exec sleep 120"
+        held = {i for i in range(GATED_NODES) if i % 2}  # launches that wait for the thaw
+
+        def output(i: int) -> str:
+            return f'output = "{freezable_fs.mount}/job{i:02d}.out"' if i in held else ""
+
         files = [write_job(folder, f"job{i:02d}", f'''
             name = "job{i:02d}"
             command = ["sh", "-c", "{body}"]
             nodes = 1
             working_dir = "{folder}"
+            {output(i)}
         ''') for i in range(GATED_NODES + 6)]
         r = d.cli("esubmit", "--parsable", *map(str, files))
         assert r.returncode == 0, r.stderr
@@ -403,13 +411,16 @@ def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in
         assert wait_until(lambda: d.job(blocker)["state"] == "RUNNING", 10)
         submitted = {j: info["submit_time"] for j, info in d.jobs(*ids).items()}
 
+        freezable_fs.freeze()
         gate.touch()
+        assert wait_until(lambda: not alive(pid), 30)
+        freezable_fs.thaw()  # the threads opening the held jobs' outputs go with the process
         psutil.Process(pid).wait(30)
         d = ds.start()
         jobs = d.jobs(*ids)
         assert not [j for j, info in jobs.items() if info["state"] in ("NODE_FAIL", "FAILED")], jobs
         requeued = [j for j in first if "requeued" in [e["event"] for e in jobs[j]["events"]]]
-        assert requeued, "every job was launched before the daemon was killed: the window was missed"
+        assert {first[i] for i in held} <= set(requeued), "a job whose output hung was taken for launched"
         assert wait_until(lambda: all(j["state"] == "RUNNING" for j in d.jobs(*first).values()), 30)
         jobs = d.jobs(*ids)
         assert [j for j in ids if jobs[j]["state"] == "PENDING"] == behind  # the requeued ones went first
@@ -439,6 +450,7 @@ def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in
         assert r.returncode == 0 and "all as recorded" in r.stdout, r.stdout + r.stderr
         assert (d.state_dir / "events.jsonl").read_text().count('"type":"NeverLaunched"') == len(requeued)
     finally:
+        freezable_fs.thaw()
         ds.close()
 
 
