@@ -85,6 +85,7 @@ from operator import itemgetter
 from typing import Protocol
 
 from elastic_protocol.jobspec import JobKind
+from elastic_protocol.models import WorkProgress
 from elasticd.policies.base import (
     Decision,
     Grow,
@@ -97,18 +98,36 @@ from elasticd.policies.base import (
     start_size,
 )
 from elasticd.policies.conservative import place_request
-from elasticd.policies.predict import PendingPrediction, Predictions, RunningPrediction
+from elasticd.policies.predict import PendingPrediction, RunningPrediction, replay
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
-from elasticd.policies.threestep import resizable
 
 
-@dataclass
 class _Mate:
-    job: RunningView
-    pred: RunningPrediction
-    base: float  # its predicted slowdown now: a lower bound of its penalty as a mate
-    lend: int  # the most nodes it may lend
-    end: float  # its predicted end if nobody borrows from it
+    """An eligible mate of this pass. Its what-if prediction is built only if a search
+    weighs it (most passes rank a dozen running jobs and weigh none)."""
+
+    __slots__ = ("_pred", "base", "end", "job", "lend", "now", "replayed")
+
+    def __init__(self, job: RunningView, replayed: WorkProgress, now: float, base: float, lend: int, end: float) -> None:
+        self.job = job
+        self.replayed = replayed  # its progress as of its last size change
+        self.now = now
+        self.base = base  # its predicted slowdown now: a lower bound of its penalty as a mate
+        self.lend = lend  # the most nodes it may lend
+        self.end = end  # its predicted end if nobody borrows from it
+        self._pred: RunningPrediction | None = None
+
+    def end_if_lent(self, k: int, until: float) -> float:
+        if self._pred is None:
+            self._pred = RunningPrediction(self.job, self.now, self.replayed)
+        return self._pred.end_if_lent(k, until)
+
+
+# What a pass reads of a running job's view that does not depend on the time, kept while
+# the core hands over the same view (it builds a new one when the job changes):
+# (view, nodes it may lend if resizable now, its last resize, replayed progress (None: no
+# prediction or no limit, never a mate), submitted, time limit, largest size it has had).
+_RunInfo = tuple[RunningView, int, float | None, WorkProgress | None, float, float, int]
 
 
 class _Search(Protocol):
@@ -130,6 +149,7 @@ class _Mates:
     _widest: int | None = None
     _latest: tuple[float, float] | None = None
     _sets: list[_MateSet] | None = None
+    _by_end: list[tuple[float, int]] | None = None
 
     def widest(self, candidates: int, max_mates: int) -> int:
         """The most nodes any allowed set of candidates could lend: a bound that lets most
@@ -173,12 +193,32 @@ class _Mates:
             self._sets = out
         return self._sets
 
+    def by_end(self, candidates: int, max_mates: int) -> list[tuple[float, int]]:
+        """For each candidate's predicted end e, latest first: the most nodes a set of
+        candidates all predicted to end at e or later can lend. A set that can host a job
+        ending at t lends at most the entry of its earliest-ending member, whose e >= t; run
+        times only fall as nodes grow, so if no entry can host the job on its own nodes
+        plus that many, no set can: one look at a few entries instead of every set (most
+        jobs the look-ahead weighs are too long for every mate)."""
+        if self._by_end is None:
+            top: list[int] = []  # the widest lends so far, at most max_mates of them
+            keep = max(1, max_mates)  # (`sets` has every single mate, whatever max_mates)
+            out: list[tuple[float, int]] = []
+            for m in sorted(self.ranked[:candidates], key=lambda m: m.end, reverse=True):
+                bisect.insort(top, m.lend)
+                if len(top) > keep:
+                    del top[0]
+                out.append((m.end, sum(top)))
+            self._by_end = out
+        return self._by_end
+
     def take(self, mate: _Mate) -> None:
         self.used.add(mate.job.job_id)
         self.ranked.remove(mate)
         self._widest = None
         self._latest = None
         self._sets = None
+        self._by_end = None
 
 
 class SdPolicy:
@@ -205,7 +245,11 @@ class SdPolicy:
         self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
         self.look_ahead = look_ahead
-        self._predictions = Predictions()
+        # Running jobs' time-free facts, per view (see _RunInfo), and those of the last
+        # snapshot's tuple of views (the core hands over the same tuple until a job changes):
+        # (that tuple, possible mates, possible lenders).
+        self._run_info: dict[int, _RunInfo] = {}
+        self._run_last: tuple[tuple[RunningView, ...], list[_RunInfo], list[_RunInfo]] | None = None
         # Jobs whose mates were shrunk for them: job id -> the size they start on once the
         # lent nodes are back. Shrinks take effect after the pass (the application answers),
         # so the start comes on a later pass; without this memory that pass would weigh the
@@ -217,7 +261,6 @@ class SdPolicy:
     # ---- the pass ---------------------------------------------------------------------
     def decide(self, snap: Snapshot) -> list[Decision]:
         now = snap.now
-        prof = profile_of(snap)
         free = snap.free_nodes
         out: list[Decision] = []
         mates: _Mates | None = None  # built on first need
@@ -232,6 +275,12 @@ class SdPolicy:
         # on their preferred size (first come, first served) but not borrow these.
         promised_left = sum(self._promised.values())
         entries = queue_entries(snap)
+        if not entries:
+            # Nothing waits (a third of the passes on a busy trace): at most nodes go back to
+            # lenders, and the map is only needed when some job can take them.
+            lenders = self._lenders(snap) if free > 0 else []
+            return self._give_back(now, profile_of(snap), free, lenders) if lenders else []
+        prof = profile_of(snap)
         # Mates are looked for only while a malleable job is still to come.
         last_malleable = len(entries) - 1
         while last_malleable >= 0 and (
@@ -489,6 +538,12 @@ class SdPolicy:
             self.mate_candidates
         )[0]:
             return False  # even the widest set, on what the map leaves it, cannot host it
+        for first_end, lend in mates.by_end(self.mate_candidates, self.max_mates):
+            n = min(base + lend, pref)
+            if n >= least and now + work / speedup(n) <= first_end:
+                break
+        else:
+            return False  # no set's members all end after it (the first test below)
         spans: dict[tuple[float, float], int] = {}
 
         def free_in(a: float, b: float) -> int:
@@ -772,7 +827,7 @@ class SdPolicy:
                 return
             total = 0.0
             for m, k in lent:
-                new_end = m.pred.end_if_lent(k, end)
+                new_end = m.end_if_lent(k, end)
                 assert m.job.time_limit is not None
                 p = (new_end - _submitted(m.job)) / m.job.time_limit  # Eq. 4
                 if p >= cutoff:
@@ -804,44 +859,78 @@ class SdPolicy:
     def _mates(self, snap: Snapshot) -> _Mates:
         """Eligible mates, lowest current slowdown first, cut at MAX_SLOWDOWN."""
         now = snap.now
-        self._predictions.new_pass(snap.running)
-
-        def lend_of(r: RunningView) -> int:
-            if not resizable(r, now, self.min_resize_interval):
-                return 0
-            return min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
-
+        interval = self.min_resize_interval
+        dynamic = self.dynamic_max_slowdown
         # Only the dynamic cut-off needs every running job's predicted slowdown.
-        lends = [(r, lend_of(r)) for r in snap.running]
-        who = lends if self.dynamic_max_slowdown else [(r, lend) for r, lend in lends if lend >= 1]
-        preds: list[tuple[RunningView, RunningPrediction, float, int]] = []
-        for r, lend in who:
-            if r.time_limit is None or r.ending:
+        preds: list[tuple[RunningView, WorkProgress, float, float, int]] = []
+        for r, lend, last_resize, replayed, submitted, limit, _ in self._running(snap.running)[0]:
+            if lend >= 1 and last_resize is not None and now - last_resize < interval:
+                lend = 0  # resized too recently (`resizable`'s time test)
+            if lend < 1 and not dynamic:
                 continue
-            p = self._predictions.get(r, now)
-            if p.end is not None:
-                preds.append((r, p, (p.end - _submitted(r)) / r.time_limit, lend))
-        if self.dynamic_max_slowdown:
-            cutoff = sum(s for _, _, s, _ in preds) / len(preds) if preds else math.inf
+            assert replayed is not None
+            end = replayed.clone().end_time(now)  # RunningPrediction(r, now, replayed).end
+            preds.append((r, replayed, end, (end - submitted) / limit, lend))
+        if dynamic:
+            cutoff = sum(p[3] for p in preds) / len(preds) if preds else math.inf
         else:
             cutoff = self.max_slowdown
-        out = []
-        for r, p, slowdown, lend in preds:
-            if lend >= 1 and slowdown < cutoff:
-                assert p.end is not None
-                out.append(_Mate(r, p, slowdown, lend, p.end))
+        out = [
+            _Mate(r, replayed, now, slowdown, lend, end)
+            for r, replayed, end, slowdown, lend in preds
+            if lend >= 1 and slowdown < cutoff
+        ]
         out.sort(key=lambda m: (m.base, m.job.job_id))
         return _Mates(out, cutoff)
+
+    def _running(self, running: tuple[RunningView, ...]) -> tuple[list[_RunInfo], list[_RunInfo]]:
+        """(possible mates, possible lenders) among the running jobs, by what does not
+        depend on the time: kept while the snapshot's tuple of views is the same one, each
+        view's facts kept while the view is. Most passes see the tuple of the pass before,
+        and the others all but one or two of its views; each view's history is replayed
+        once, not on every pass."""
+        last = self._run_last
+        if last is not None and last[0] is running:
+            return last[1], last[2]
+        cache = self._run_info
+        if len(cache) > 2 * len(running) + 64:  # bounded at O(running), now and then
+            cache = self._run_info = {id(r): cache[id(r)] for r in running if id(r) in cache and cache[id(r)][0] is r}
+        mates: list[_RunInfo] = []
+        lenders: list[_RunInfo] = []
+        dynamic = self.dynamic_max_slowdown
+        for r in running:
+            info = cache.get(id(r))
+            if info is None or info[0] is not r:
+                info = cache[id(r)] = self._run_info_of(r)
+            if info[3] is not None and (info[1] >= 1 or dynamic):
+                mates.append(info)
+            if r.size < info[6] and info[1] >= 0:
+                lenders.append(info)
+        self._run_last = (running, mates, lenders)  # holding the tuple: its id stays its own
+        return mates, lenders
+
+    def _run_info_of(self, r: RunningView) -> _RunInfo:
+        """`_RunInfo` of a view. The lend is -1 when the job can never be resized as this
+        view stands (`resizable` but its time test), else its most nodes to lend if it can."""
+        lend = -1
+        if r.kind is JobKind.MALLEABLE and r.malleable_ready and not r.resizing and not r.ending:
+            lend = min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
+        replayed = None
+        if r.time_limit is not None and not r.ending:
+            replayed = replay(r)
+        limit = math.inf if r.time_limit is None else r.time_limit
+        return (r, lend, r.last_resize, replayed, _submitted(r), limit, _before_lending(r))
 
     # ---- nodes back to the jobs that lent them ----------------------------------------------
     def _lenders(self, snap: Snapshot) -> list[tuple[RunningView, int]]:
         """Resizable running jobs below the size they had before lending, with that size."""
-        out = []
-        for r in snap.running:
-            before = _before_lending(r)
-            if r.size < before and resizable(r, snap.now, self.min_resize_interval):
-                out.append((r, before))
-        return out
+        now = snap.now
+        interval = self.min_resize_interval
+        return [
+            (r, before)
+            for r, _, last_resize, _, _, _, before in self._running(snap.running)[1]
+            if last_resize is None or now - last_resize >= interval
+        ]
 
     @staticmethod
     def _give_back(now: float, prof: FreeProfile, free: int, lenders: list[tuple[RunningView, int]]) -> list[Decision]:
