@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--out", type=Path, default=Path("docs/results/evaluation"), metavar="DIR",
                    help="where REPORT.md, runs.jsonl and a folder per trace go (default docs/results/evaluation)")
     e.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
-                   help="repeatable (default: easy, conservative and every seed policy)")
+                   help="repeatable (default: easy, conservative, every seed policy and payoff)")
     e.add_argument("--malleable", default="0,10,20,30,40,50,60,70,80,90,100", metavar="PCTS",
                    help="percentages (default 0,10,...,100)")
     e.add_argument("--seeds", type=int, default=10, metavar="K", help="seeds per cell (default 10)")
