@@ -101,3 +101,22 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_a_defer_time_with_an_exponent_is_refused_as_malformed_and_a_plain_decimal_is_taken(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """PROTOCOL.md: times are plain decimal numbers, never an exponent. The daemon read
+    `2.5e1` as 25 s, so a client written against it broke on a daemon that keeps to the spec."""
+    jid, io = _job(daemon, workdir)
+    try:
+        oid = _order(daemon, io, jid, 2)[2].split("=")[1]
+        for bad in ("2.5e1", "1e2", "1E2", "nan", "inf", "-5", "5.", ".5", "0x10"):
+            reply = _answer(io, f"defer order={oid} {bad}")
+            assert reply.startswith("error malformed ") and "not a number of seconds" in reply, (bad, reply)
+        assert _answer(io, f"defer order={oid} 3600.5") == f"ok defer order={oid}"
+        info = daemon.wait_event(jid, "deferred")
+        assert "3600.5" in str(info["events"][-1]), info["events"][-1]
+    finally:
+        io.close()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=20)

@@ -18,14 +18,15 @@ from elastic_protocol.framing import LineSocket
 RECORDER = Path(__file__).parent / "apps" / "recorder.py"
 
 
-def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, max = 4 }", kind: str = "malleable") -> Path:
+def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, max = 4 }", kind: str = "malleable",
+                 env: str = "") -> Path:
     return write_job(folder, "rec", f'''
         name = "recorder"
         command = ["{sys.executable}", "{RECORDER}"]
         nodes = {nodes}
         kind = "{kind}"
         working_dir = "."
-        env = {{ MODE = "{mode}" }}
+        env = {{ MODE = "{mode}"{env} }}
         time_limit = "2"
     ''')
 
@@ -135,6 +136,16 @@ def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: Running
     daemon.wait_event(jid, "deferred")
     r = resize(daemon, jid, 2)
     assert r.returncode == 1 and "cannot take an order now" in r.stderr
+    finish(daemon, workdir, jid)
+
+
+def test_a_deferral_the_library_sends_is_a_plain_decimal_the_daemon_takes(daemon: RunningDaemon, workdir: Path) -> None:
+    """Python's `:g` wrote 0.00001 s as `1e-05`, which PROTOCOL.md forbids (plain decimals
+    only) and the daemon refuses as malformed: the application's answer was lost."""
+    jid = daemon.submit(recorder_job(workdir, mode="defer", env=', DEFER = "0.00001"'))
+    daemon.wait_event(jid, "registered")
+    r = resize(daemon, jid, 2)
+    assert r.returncode == 1 and "did not happen: deferred: order 1" in r.stderr, r.stderr
     finish(daemon, workdir, jid)
 
 

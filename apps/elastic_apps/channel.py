@@ -31,7 +31,7 @@ from typing import Any, Self
 from elastic_apps.env import JobEnv, job_env
 from elastic_apps.errors import ChannelClosed, DaemonRefused, Defer, ElasticAppError, Refuse
 from elastic_apps.handler import MalleableHandler
-from elastic_protocol.appchannel import DAEMON_VERBS, UNSOLICITED_VERBS, parse, parse_count, parse_error
+from elastic_protocol.appchannel import DAEMON_VERBS, UNSOLICITED_VERBS, parse, parse_count, parse_error, seconds_text
 from elastic_protocol.errors import MalformedMessage
 from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
 
@@ -461,7 +461,7 @@ class JobChannel:
         except Refuse as r:
             self._request(f"refuse order={order} {_one_line(r.reason)}".rstrip())
         except Defer as d:
-            self._request(f"defer order={order} {d.seconds:g}")
+            self._request(f"defer order={order} {seconds_text(d.seconds)}")
         except DaemonRefused as exc:
             if exc.code in _ORDER_GONE:
                 # Settled without this answer (a deadline passed): the daemon's `hosts`

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from elastic_protocol.appchannel import grow_order, hosts_message, shrink_order
+from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
+from elastic_protocol.errors import MalformedMessage
 from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__, defaults
@@ -731,9 +732,9 @@ class Daemon:
             event = ev.OrderRefused(now, job_id, order_id, text)
         else:  # defer
             try:
-                seconds = float(text)
-            except ValueError:
-                raise OrderRejected("malformed", f"defer: {text[:32]!r} is not a number of seconds") from None
+                seconds = parse_seconds(text, "defer")
+            except MalformedMessage as e:
+                raise OrderRejected("malformed", str(e)) from None
             event = ev.OrderDeferred(now, job_id, order_id, seconds)
         why = self.voided.get(job_id, {}).get(order_id)
         if why is not None:

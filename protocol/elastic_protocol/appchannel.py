@@ -7,6 +7,7 @@ without breaking a reader that stops after the fields it knows.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -100,6 +101,18 @@ def seconds_text(seconds: float) -> str:
     exponent, which `:g` wrote for a million seconds (`1e+06`: 1 for a C client's atoi)."""
     text = format(Decimal(repr(float(seconds))), "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+_PLAIN_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """A time the application sent (`defer SECONDS`): the same plain decimal the daemon
+    writes. An exponent is refused rather than read, so that what a client may send is what
+    the spec says and no more (`2.5e1` in one daemon would be an error in the next)."""
+    if not _PLAIN_DECIMAL.fullmatch(text):
+        raise MalformedMessage(f"{what}: {text[:32]!r} is not a number of seconds (digits and at most one '.')")
+    return float(text)
 
 
 def shrink_order(n: int, order_id: int, deadline_s: float) -> Message:

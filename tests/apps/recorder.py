@@ -1,7 +1,7 @@
 """A test application: records every handler call and is steered through files in its
 working directory, so tests can drive it step by step.
 
-MODE (env): normal | choose_first | refuse | defer | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s);
+MODE (env): normal | choose_first | refuse | defer (DEFER s, 60) | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s);
 CRASH_JOINING (env): processes started by a grow exit 3 at once (CRASH_JOINING=late: once
 the file `crash-joining` exists);
 CHANNEL_TIMEOUT (env): the library's reply timeout.
@@ -36,7 +36,7 @@ class Recorder(MalleableHandler):
         if MODE == "refuse":
             raise Refuse("busy with a phase that cannot be split")
         if MODE == "defer":
-            raise Defer(60)
+            raise Defer(float(os.environ.get("DEFER", "60")))
         if MODE == "hang":
             time.sleep(30)
         if MODE == "die_on_shrink":
