@@ -14,7 +14,8 @@ its children away from it. Two ways to keep them anyway, the best the machine al
   the daemon runs. What a process that both detaches and clears its environment does after
   a daemon crash is not guaranteed here.
 
-Both are used for ending, after the process group: SIGTERM once, `kill_wait`, SIGKILL.
+Both are used for ending, beside the process group: one SIGTERM to each process (those in
+the group get it as the group), `kill_wait`, SIGKILL.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ inside its own cgroup where the machine allows one (elasticd.launch.contain).
 The process group and the cgroup are what let a cancel or a shrink end exactly one job's
 processes on exactly the hosts concerned, including the ones that detached (setsid,
 double fork); hosts (and the job) are reported gone only once none of them is left. Ending
-is SIGTERM once, `kill_wait` seconds, then SIGKILL.
+is one SIGTERM to each process, `kill_wait` seconds, then SIGKILL.
 
 Each command runs under a small `sh` wrapper (the group leader) that writes its pid to
 `proc-HOST.pid` in the job's directory when it starts and the command's exit status to
@@ -64,15 +64,17 @@ _T = TypeVar("_T")
 # the output and error files the command's process opens itself ('' when the daemon opened
 # it; $5 equal to $4: the same file), the rest the command. That process is the one the
 # wrapper waits for, so a SIGTERM while it waits for a FIFO's reader ends it like the
-# command. The wrapper outlives a SIGTERM (it passes it on and waits), so the status it
-# records is the command's own: a command that ignores SIGTERM and is SIGKILLed after the
-# kill-wait ends 0:9, not 0:15. A command killed by a signal is reported as that signal
-# again: the wrapper re-raises it on itself (not the stop signals, 147-150, which would only
-# suspend it). An output file the command's process cannot open after all ends it with
-# status 2 (the shell's, for a failed redirection) before the command runs.
+# command. The wrapper outlives a SIGTERM and does not pass it on: the daemon's one SIGTERM
+# to the process group has reached the command already, and a second one is, for many
+# applications, "quit now, skip the checkpoint". So the status it records is the command's
+# own: a command that ignores SIGTERM and is SIGKILLed after the kill-wait ends 0:9, not
+# 0:15. A command killed by a signal is reported as that signal again: the wrapper
+# re-raises it on itself (not the stop signals, 147-150, which would only suspend it). An
+# output file the command's process cannot open after all ends it with status 2 (the
+# shell's, for a failed redirection) before the command runs.
 _WRAPPER = (
     '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; o=$4; e=$5; shift 5; '
-    'trap \'kill -TERM $p 2>/dev/null\' TERM HUP INT; '
+    "trap : TERM HUP INT; "
     '{ if [ -n "$o" ]; then exec >>"$o"; fi; '
     'if [ -n "$e" ] && [ "$e" = "$o" ]; then exec 2>&1; elif [ -n "$e" ]; then exec 2>>"$e"; fi; '
     'exec "$@"; } & p=$!; wait $p; c=$?; '
@@ -470,9 +472,7 @@ class LocalLauncher:
         for hp in procs:
             if hp.host not in job.term_sent:
                 job.term_sent[hp.host] = loop.time()
-                if hp.pgid > 0:
-                    signal_groups({hp.pgid}, signal.SIGTERM)
-                self.contain.signal(job.job_id, hp.host, signal.SIGTERM)
+                self._term_once(job, hp)
         first = min(job.term_sent[hp.host] for hp in procs)
         await _until(lambda: not self._pids(job, procs), first + self.kill_wait - loop.time())
         for _ in range(200):
@@ -491,6 +491,22 @@ class LocalLauncher:
             log.error("job %d: processes %s still there after SIGKILL", job.job_id, sorted(self._pids(job, procs)))
         _reap(self._pids(job, procs))
         self._forget(job, procs)
+
+    def _term_once(self, job: _LocalJob, hp: _HostProc) -> None:
+        """One SIGTERM to each process of the job on that host. The process group, the cgroup
+        (or tag) and the wrapper all reach the same processes: signalled through each, the
+        command would get three or four (README: Containment). The group is signalled as
+        one (a process it forks meanwhile gets it too), and of the cgroup's or tag's members
+        only those outside the group (detached), one by one."""
+        detached = self.contain.members(job.job_id, hp.host)
+        if hp.pgid > 0:
+            detached = {pid for pid in detached if _pgid(pid) not in (hp.pgid, None)}
+            signal_groups({hp.pgid}, signal.SIGTERM)
+        for pid in detached:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _forget(self, job: _LocalJob, procs: list[_HostProc]) -> None:
         for hp in procs:
@@ -511,6 +527,9 @@ class LocalLauncher:
                 # only over when the remaining hosts' processes end.
                 job.procs.pop(hp.host, None)
                 await hp.wait()
+                # A grow may bring the job back to this host: its new processes get their
+                # own SIGTERM when the job ends.
+                job.term_sent.pop(hp.host, None)
         await call_back(self.on_hosts_gone, job_id, list(hosts))
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
@@ -530,6 +549,13 @@ class LocalLauncher:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.contain.close()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _reap(pids: set[int]) -> None:
