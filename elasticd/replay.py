@@ -3,15 +3,16 @@ that differs.
 
 The daemon's core is deterministic given its events (each carries its time), and a policy is
 built fresh at every daemon start, so feeding a segment's events to a new core with the
-segment's settings must give back every recorded action. A daemon that recovered jobs from its
-journal is replayed the same way it started: the jobs as the replay had them, taken back
-through `Core.restore` (the journal holds exactly what the log had committed).
+segment's settings must give back every recorded action. Each segment's core starts where the
+daemon's did: with the next job and order ids of its header (the journal's, kept across a clean
+stop), and, for a daemon that recovered jobs from its journal, those jobs as the replay had
+them, taken back through `Core.restore` (the journal holds exactly what the log had committed).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,16 @@ class ReplayDiverged(ElasticError):
     code = "replay_diverged"
 
 
+@dataclass(frozen=True)
+class ReplayedStart:
+    """One daemon start as its replay left it: what `sim --from-log` needs to tell one
+    daemon's run (its machine, its policy, its jobs) from the next one's."""
+
+    header: dict[str, Any]
+    line: int  # the header's line in the log
+    core: Core  # at the segment's last event
+
+
 @dataclass
 class ReplayResult:
     core: Core  # as the last daemon start left it
@@ -40,6 +51,7 @@ class ReplayResult:
     actions: int
     passes: int
     decisions: int  # actions that came out of policy passes
+    starts: list[ReplayedStart] = field(default_factory=list)  # one per segment, in log order
 
 
 def core_for(header: dict[str, Any], previous: Core | None) -> Core:
@@ -48,12 +60,16 @@ def core_for(header: dict[str, Any], previous: Core | None) -> Core:
     core = Core(header["nodes"], policy, first_job_id=int(header["next_job_id"]),
                 order_deadline=float(header["order_deadline"]), refuse_backoff=float(header["refuse_backoff"]))
     core.grow_to = int(header.get("grow_to", 0))  # an allocation that grows took wider jobs
+    jobs: list[Job] = []
     if header.get("recovered"):
         if previous is None:
             raise ReplayDiverged("the log starts with a recovered daemon: the run before it is not in the log")
         # Copied through the journal's own record format, as the real daemon read them.
         jobs = [restore_job(j.job_id, j.spec, json.loads(json.dumps(job_state(j)))) for j in previous.jobs.values()]
-        core.restore(jobs, int(header["next_order"]), float(header["time"]), int(header["next_job_id"]))
+    # At every start, not only a recovery: the daemon takes its next job and order ids from the
+    # journal, whose jobs a clean stop removes but whose counters it keeps (ids are never
+    # reused in a state directory); a start after a stop numbers orders on from the last one.
+    core.restore(jobs, int(header["next_order"]), float(header["time"]), int(header["next_job_id"]))
     return core
 
 
@@ -69,6 +85,7 @@ def replay(path: Path, strict: bool = True) -> ReplayResult:
     core: Core | None = None
     jobs: dict[int, Job] = {}
     events = actions = passes = decisions = 0
+    starts: list[ReplayedStart] = []
     for seg in segments:
         core = core_for(seg.header, core)
         for rec in seg.records:
@@ -88,8 +105,9 @@ def replay(path: Path, strict: bool = True) -> ReplayResult:
                     f"{path}:{rec['line']}: event {rec['seq']} ({rec['event']['type']} at {rec['event']['time']}) "
                     f"gave {got}, the run recorded {rec['actions']}")
         jobs.update(core.jobs)
+        starts.append(ReplayedStart(seg.header, seg.line, core))
     assert core is not None
-    return ReplayResult(core, jobs, len(segments), events, actions, passes, decisions)
+    return ReplayResult(core, jobs, len(segments), events, actions, passes, decisions, starts)
 
 
 def _feed(core: Core, rec: dict[str, Any], path: Path, seg: Segment) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, start_daemon, stop_daemon, wait_until, write_job
+from conftest import BIN, RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
 from elasticd.eventlog import LOG_FILE, read_log
 from test_malleability import finish, recorder_job
 from test_recovery import alive, job_pgids
@@ -206,3 +206,122 @@ def test_a_log_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_named(tmp
     log.write_text(json.dumps(start) + "\n" + "garbage\n" + json.dumps(start) + "\n")
     rc, _, err = run_tool("elasticd", "replay", str(log))
     assert rc == 1 and f"{log}:2: not a JSON record" in err
+
+
+def resized_job(state_dir: Path, folder: Path, nodes: int, policy: str, to: int) -> tuple[RunningDaemon, int]:
+    """A daemon started on STATE_DIR, running one malleable job that `elasticd resize` shrank to
+    TO nodes (an order of this daemon start)."""
+    folder.mkdir()
+    d = start_daemon(state_dir, nodes=nodes, policy=policy)
+    jid = d.submit(recorder_job(folder, "normal", "{ min = 1, max = 4 }"))
+    d.wait_event(jid, "registered")
+    d.resize(jid, to)
+    d.wait_event(jid, "shrunk")
+    return d, jid
+
+
+def user_shrinks(timeline: list[dict]) -> list[int]:
+    return [s["nodes"] for s in timeline if s["event"] == "shrunk" and s["cause"] == "user"]
+
+
+def test_history_of_daemon_starts_after_clean_stops_is_replayed_accounted_and_simulated_per_run(
+        state: Path, tmp_path: Path) -> None:
+    """Orders are numbered on across daemon starts in one state directory (the journal keeps
+    the counter through a clean stop); the replay of each start must number them the same."""
+    for k, (nodes, policy) in enumerate([(4, "easy"), (8, "fcfs")], 1):
+        d, jid = resized_job(state, tmp_path / f"s{k}", nodes, policy, 2)
+        try:
+            finish(d, tmp_path / f"s{k}", jid)
+        finally:
+            stop_daemon(d.record)
+    segments = read_log(state / LOG_FILE)
+    assert [(s.header["recovered"], s.header["next_job_id"], s.header["next_order"]) for s in segments] == \
+        [(False, 1, 1), (False, 2, 2)]
+    rc, out, err = run_tool("elasticd", "replay", str(state))
+    assert rc == 0, err
+    assert "from 2 daemon start(s)" in out and "all as recorded; 2 jobs (2 finished)" in out, out
+    rc, out, err = run_tool("eacct", str(state), "--json")
+    assert rc == 0, err
+    jobs = json.loads(out)["jobs"]
+    assert [(j["job_id"], j["state"], user_shrinks(j["timeline"])) for j in jobs] == \
+        [(1, "COMPLETED", [2]), (2, "COMPLETED", [2])]
+    assert all(j["node_seconds"] > 0 for j in jobs)
+    # Each daemon run on its own machine under its own policy: the first on 4 nodes under
+    # EASY, the second on 8 under FCFS (not one run with the first's policy and the last's nodes).
+    rc, out, err = run_tool("elasticd", "sim", "--from-log", str(state), "--policy", "malleable")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{state}: 2 daemon runs"), out
+    assert "run 1 (log line 1, 1 daemon start): 1 jobs on 4 nodes, recorded under easy" in lines, out
+    assert f"run 2 (log line {segments[1].line}, 1 daemon start): 1 jobs on 8 nodes, recorded under fcfs" in lines, out
+    tables = [[tuple(line.split()[:2]) for line in block.splitlines()[2:]] for block in out.split("\n\n")[1:]]
+    assert tables == [[("real", "easy"), ("sim", "easy"), ("sim", "malleable")],
+                      [("real", "fcfs"), ("sim", "fcfs"), ("sim", "malleable")]], out
+
+
+def test_history_across_kill_9_restarts_and_clean_stops_is_replayed_and_a_run_restarted_under_another_policy_is_named(
+        state: Path, tmp_path: Path) -> None:
+    """Two runs of the same job id space: a run that crashed and was recovered under the same
+    settings, then a fresh start that crashed and was recovered under another policy."""
+    runs: list[int] = []
+    for k, policy_after in enumerate(["easy", "fcfs"], 1):
+        folder = tmp_path / f"run{k}"
+        d, jid = resized_job(state, folder, 4, "easy", 2)
+        runs.append(jid)
+        os.kill(d.record.pid, signal.SIGKILL)  # the crash: the job runs on
+        psutil.Process(d.record.pid).wait(10)
+        d = start_daemon(state, nodes=4, policy=policy_after)
+        try:
+            d.wait_event(jid, "registered", count=2, timeout=20)
+            d.resize(jid, 1)
+            d.wait_event(jid, "shrunk", count=2)
+            finish(d, folder, jid)
+        finally:
+            stop_daemon(d.record)
+    assert runs == [1, 2]
+    segments = read_log(state / LOG_FILE)
+    assert [(s.header["recovered"], s.header["policy"], s.header["next_order"]) for s in segments] == \
+        [(False, "easy", 1), (True, "easy", 2), (False, "easy", 3), (True, "fcfs", 4)]
+    rc, out, err = run_tool("elasticd", "replay", str(state))
+    assert rc == 0, err
+    assert "from 4 daemon start(s)" in out and "all as recorded; 2 jobs (2 finished)" in out, out
+    rc, out, err = run_tool("eacct", str(state), "--json")
+    assert rc == 0, err
+    jobs = json.loads(out)["jobs"]
+    assert [(j["job_id"], j["state"], user_shrinks(j["timeline"])) for j in jobs] == \
+        [(1, "COMPLETED", [2, 1]), (2, "COMPLETED", [2, 1])]
+    rc, out, err = run_tool("elasticd", "sim", "--from-log", str(state))
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{state}: 2 daemon runs"), out
+    assert "run 1 (log line 1, 2 daemon starts): 1 jobs on 4 nodes, recorded under easy" in lines, out
+    assert (f"run 2 (log line {segments[2].line}, 2 daemon starts): not simulated: restarted with another machine "
+            f"or policy: easy on 4 nodes (line {segments[2].line}), then fcfs on 4 nodes (line {segments[3].line}); "
+            "one what-if needs one machine and one policy") in lines, out
+
+
+def test_nodes_found_down_at_daemon_start_are_logged_in_that_starts_segment(state: Path, tmp_path: Path) -> None:
+    """The launcher's start reports the nodes it cannot reach before the daemon takes any
+    request: those events belong after the segment's header, or the log of a first start is
+    unreadable ("an event before any start record") and a later start's land in the run before."""
+    from elasticd.daemonctl import start_detached
+
+    cluster = ["--hosts", "nosuch1.invalid,nosuch2.invalid", "--app-listen", "127.0.0.1", "--connect-timeout", "2",
+               "--node-retry", "3600"]
+    for _ in range(2):
+        d = RunningDaemon(state, start_detached(state, None, "easy", 1.0, timeout=60, extra=cluster), 2)
+        try:
+            # Its address is out once the launcher has tried every node: both are down by now.
+            d.submit(sleeper(tmp_path, "waits", 1))  # nowhere to run: it waits, and the stop ends it
+        finally:
+            stop_daemon(d.record)
+    segments = read_log(state / LOG_FILE)
+    assert [sorted(r["event"]["host"] for r in s.records if r["event"]["type"] == "NodeDown") for s in segments] == \
+        [["nosuch1.invalid", "nosuch2.invalid"]] * 2
+    rc, out, err = run_tool("elasticd", "replay", str(state))
+    assert rc == 0, err
+    assert "from 2 daemon start(s)" in out and "all as recorded; 2 jobs (2 finished)" in out, out
+    rc, out, err = run_tool("eacct", str(state), "--json")
+    assert rc == 0, err
+    assert [(j["job_id"], j["state"], j["start"]) for j in json.loads(out)["jobs"]] == \
+        [(1, "CANCELLED", None), (2, "CANCELLED", None)]

@@ -16,6 +16,7 @@ from elasticd.errors import ElasticError, MissingExtra
 from elasticd.policies import POLICIES
 
 if TYPE_CHECKING:
+    from elasticd.sim.fromlog import LoggedRun
     from elasticd.sim.grid import RunRow, TraceSource
     from elasticd.sim.simulator import Simulation
     from elasticd.sim.swf import Trace
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("trace", type=Path, metavar="TRACE.swf", nargs="?",
                    help="an SWF log (.swf or .swf.gz); or use --from-log")
     s.add_argument("--from-log", type=Path, metavar="STATE_DIR",
-                   help="what-if: the jobs of a real run (its state directory's event log), simulated under "
+                   help="what-if: the jobs of each daemon run in a state directory's event log, simulated under "
                    "each --policy beside what really happened")
     s.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
                    help=f"policy to simulate, repeatable (default: easy and malleable); one of {', '.join(sorted(POLICIES))}")
@@ -210,13 +211,42 @@ def plots(args: argparse.Namespace, source: TraceSource, rule: MalleabilityRule,
 
 
 def run_from_log(args: argparse.Namespace) -> int:
-    """The recorded run, then the same jobs simulated under its own policy and each --policy."""
-    from elasticd.sim.fromlog import load, what_if
+    """Per daemon run of the log: the recorded run, then the same jobs simulated under its own
+    policy and each --policy. A log of one run prints as it always did; with several, each
+    gets its heading, and one that cannot be simulated says why."""
+    from elasticd.sim.fromlog import SkippedRun, load
+
+    runs = load(args.from_log)
+    if len(runs) == 1:
+        [run] = runs
+        if isinstance(run, SkippedRun):
+            raise ElasticError(f"{args.from_log}: {run.why}")
+        print(f"{args.from_log}: {_run_heading(run)}")
+        _what_if_table(args, run)
+        return 0
+    print(f"{args.from_log}: {len(runs)} daemon runs (a run: a daemon start and the restarts that recovered its "
+          "jobs), each simulated on its own nodes under its own policy")
+    for run in runs:
+        where = f"run {run.number} (log line {run.line}, {run.starts} daemon start{'s' if run.starts > 1 else ''})"
+        if isinstance(run, SkippedRun):
+            print(f"\n{where}: not simulated: {run.why}")
+        else:
+            print(f"\n{where}: {_run_heading(run)}")
+            _what_if_table(args, run)
+    if all(isinstance(run, SkippedRun) for run in runs):
+        raise ElasticError(f"{args.from_log}: no run of the log could be simulated")
+    return 0
+
+
+def _run_heading(run: LoggedRun) -> str:
+    return (f"{len(run.jobs)} jobs on {run.nodes} nodes, recorded under {run.policy}"
+            + (f" ({run.left_out} cancelled before they started, left out)" if run.left_out else ""))
+
+
+def _what_if_table(args: argparse.Namespace, run: LoggedRun) -> None:
+    from elasticd.sim.fromlog import what_if
     from elasticd.table import render_table
 
-    run = load(args.from_log)
-    print(f"{args.from_log}: {len(run.jobs)} jobs on {run.nodes} nodes, recorded under {run.policy}"
-          + (f" ({run.left_out} cancelled before they started, left out)" if run.left_out else ""))
     policies = args.policy or [run.policy]
     params = per_policy_params(policies, args.policy_config, args.policy_param)
     rows = [("real", run.policy, run.real)]
@@ -227,4 +257,3 @@ def run_from_log(args: argparse.Namespace) -> int:
         [[what, p, f"{s.makespan:.1f}", f"{100 * s.utilization:.1f}", f"{s.mean_wait:.1f}",
           f"{s.mean_turnaround:.1f}", f"{s.mean_bounded_slowdown:.2f}", f"{s.shrinks_per_job:.2f}",
           f"{s.expands_per_job:.2f}"] for what, p, s in rows]))
-    return 0

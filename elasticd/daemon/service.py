@@ -250,6 +250,9 @@ class Daemon:
         control = ControlServer(self)
         app = AppServer(self)
         ports = self._restore()
+        # The segment opens before anything can feed the core (the launcher's start reports the
+        # nodes it cannot reach): its events must follow the header that a replay builds on.
+        self._log_start()
         if cfg.metrics_port is not None:
             self.metrics = DaemonMetrics()
             port = self.metrics.serve(cfg.listen_host, cfg.metrics_port)
@@ -268,7 +271,6 @@ class Daemon:
         if self.journal is not None:
             # Applications of running jobs reconnect to the same address after a restart.
             self.journal.save_meta({"control_port": str(cport), "app_port": str(aport)})
-        self._log_start()
         await self._recover()
         self.persist()
         write_record(

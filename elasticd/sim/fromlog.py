@@ -14,28 +14,38 @@ if it kept one size, its run minus what its model gives at that size; if it was 
 its launch to its registration (the rest cannot be told apart from its resizes). The what-if
 runs charge it at every start, so the recorded policy replays to the recorded schedule and
 another policy is judged on the same overheads, not on a machine faster than the real one.
+
+A state directory's log holds every daemon start. Each run (a start, and the restarts that
+recovered its jobs after a crash) is simulated on its own, on its own nodes under its own
+policy; a run whose restart changed its nodes or policy is named and not simulated.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from elasticd.core.events import JobEventKind
 from elasticd.core.job import Job
 from elasticd.core.states import JobState
-from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord, WindowSummary, windowed_summary
 from elasticd.policies.registry import make_policy
-from elasticd.replay import replay
+from elasticd.replay import ReplayedStart, replay
 from elasticd.sim.simulator import simulate
 from elasticd.sim.workload import SimJob, from_specs
 
 
 @dataclass(frozen=True)
 class LoggedRun:
+    """One daemon's run: a daemon start and the restarts that recovered its jobs after a crash.
+    Runs are simulated one by one: the jobs of two runs never shared a machine (a clean stop
+    ended them all), and each run had its own nodes and policy."""
+
+    number: int  # in log order, from 1
+    line: int  # the log line of its first daemon start
+    starts: int  # daemon starts it spans
     nodes: int
     policy: str
     params: dict[str, object]
@@ -44,14 +54,42 @@ class LoggedRun:
     left_out: int  # cancelled before they started
 
 
-def load(path: Path) -> LoggedRun:
-    result = replay(path)
-    core = result.core
-    ran = [j for j in sorted(result.jobs.values(), key=lambda j: j.job_id) if j.start_time is not None]
+@dataclass(frozen=True)
+class SkippedRun:
+    """A run that cannot be simulated, and why (said beside the others, not silently dropped)."""
+
+    number: int
+    line: int
+    starts: int
+    why: str
+
+
+def load(path: Path) -> list[LoggedRun | SkippedRun]:
+    """Every run of the log, in order: a restart that recovered jobs from the journal goes on
+    with the run before it; any other start (after a clean stop, or with nothing to recover)
+    begins a new one."""
+    groups: list[list[ReplayedStart]] = []
+    for start in replay(path).starts:
+        if start.header.get("recovered") and groups:
+            groups[-1].append(start)
+        else:
+            groups.append([start])
+    return [_run(k, group) for k, group in enumerate(groups, 1)]
+
+
+def _run(number: int, starts: list[ReplayedStart]) -> LoggedRun | SkippedRun:
+    line, n = starts[0].line, len(starts)
+    settings = [_settings(s) for s in starts]
+    if len(set(settings)) > 1:
+        said = ", then ".join(f"{_describe(s)} (line {st.line})" for s, st in zip(settings, starts))
+        return SkippedRun(number, line, n, f"restarted with another machine or policy: {said}; one what-if "
+                          "needs one machine and one policy")
+    core = starts[-1].core  # the recovered restarts took back every job of the run
+    ran = [j for j in sorted(core.jobs.values(), key=lambda j: j.job_id) if j.start_time is not None]
     if not ran:
-        raise ElasticError(f"{path}: no job of the recorded run ever started; nothing to compare")
+        return SkippedRun(number, line, n, "no job of it ever started; nothing to compare")
     if any(not j.state.is_final for j in ran):
-        raise ElasticError(f"{path}: the recorded run has jobs still running; replay it once they end")
+        return SkippedRun(number, line, n, "it has jobs still running; simulate it once they end")
     t0 = min(j.submit_time for j in ran)
     sims = from_specs([j.spec for j in ran])
     jobs: list[SimJob] = []
@@ -66,10 +104,21 @@ def load(path: Path) -> LoggedRun:
         else:
             sim = dataclasses.replace(sim, startup=_overhead(real, sim))
         jobs.append(sim)
-    segments_header = _first_header(path)
-    return LoggedRun(core.nodes.total, str(segments_header["policy"]), dict(segments_header.get("params", {})),
+    header = starts[0].header
+    return LoggedRun(number, line, n, core.nodes.total, str(header["policy"]), dict(header.get("params", {})),
                      jobs, windowed_summary([_record(j) for j in ran], core.nodes.total, 0.0),
-                     len(result.jobs) - len(ran))
+                     len(core.jobs) - len(ran))
+
+
+def _settings(start: ReplayedStart) -> tuple[str, str, str]:
+    """What a what-if takes from a daemon start: its nodes, its policy and the policy's settings."""
+    h = start.header
+    return (json.dumps(h["nodes"]), str(h["policy"]), json.dumps(h.get("params", {}), sort_keys=True))
+
+
+def _describe(settings: tuple[str, str, str]) -> str:
+    nodes, policy, params = settings
+    return f"{policy}{'' if params == '{}' else ' ' + params} on {len(json.loads(nodes))} nodes"
 
 
 def _overhead(real: Job, sim: SimJob) -> float:
@@ -82,12 +131,6 @@ def _overhead(real: Job, sim: SimJob) -> float:
     # A start that was requeued never launched, so never registered: any registration is the last start's.
     registered = next((e.time for e in real.events if e.event is JobEventKind.REGISTERED), None)
     return max(0.0, registered - real.start_time) if registered is not None else 0.0
-
-
-def _first_header(path: Path) -> dict[str, Any]:
-    from elasticd.eventlog import read_log
-
-    return read_log(path)[0].header
 
 
 def _record(job: Job) -> SizedRecord:
