@@ -24,6 +24,13 @@ class UnknownJob(ElasticError):
     code = "unknown_job"
 
 
+class NodesMissing(ElasticError):
+    """A restart whose nodes leave out nodes that running jobs hold: refused (as Slurm never
+    loses running jobs silently) unless told to end those jobs."""
+
+    code = "nodes_missing"
+
+
 class InvalidTransition(ElasticError):
     """An event that does not fit the job's state: a bug in the caller, never user input."""
 

@@ -39,7 +39,7 @@ from elasticd.client import ControlClient
 from elasticd.daemonctl import cluster_for, start_detached, tuning_args
 from elasticd.errors import DaemonNotRunning, ElasticError
 from elasticd.policies import POLICIES
-from elasticd.statedir import LOG_FILE, default_state_dir, pid_alive, prepare, running_daemon
+from elasticd.statedir import LOG_FILE, DaemonRecord, default_state_dir, pid_alive, prepare, running_daemon
 
 
 def _seconds(text: str) -> float:
@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--salvage", action="store_true",
                    help="start on a state directory whose journal is missing, empty or damaged: recover every "
                    "record that can be read (the damaged journal is kept beside) and report what was lost")
+    s.add_argument("--drop-missing-nodes", action="store_true",
+                   help="start although running jobs of the journal hold nodes this start leaves out: those jobs "
+                   "end NODE_FAIL and their processes are ended (without it such a start is refused, naming them)")
     add_cluster_args(s)
     add_limit_args(s)
     add_state_dir(s)
@@ -218,6 +221,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
     extra = tuning_args(args) + settings.passthrough() + (["--no-journal"] if args.no_journal else []) + \
         (["--salvage"] if args.salvage else []) + \
+        (["--drop-missing-nodes"] if args.drop_missing_nodes else []) + \
         (["--metrics-port", str(args.metrics_port)] if args.metrics_port is not None else [])
     rec = start_detached(state_dir, args.local, args.policy, args.kill_wait, listen=args.listen,
                          log_level=args.log_level, extra=extra + limit_passthrough(args),
@@ -235,12 +239,24 @@ def cmd_start(args: argparse.Namespace) -> int:
     if down:
         print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
     if info.recovered_jobs:
-        print(f"  {info.recovered_jobs} job(s) recovered from the journal (running ones taken over; "
-              "`elasticd status`, `equeue`)")
+        dropped = _dropped_at_start(rec) if args.drop_missing_nodes else []
+        print(f"  {info.recovered_jobs} job(s) recovered from the journal (running ones taken over"
+              f"{', but for the ones ended below' if dropped else ''}; `elasticd status`, `equeue`)")
+        if dropped:
+            print(f"  ended NODE_FAIL, their processes ended: job(s) {', '.join(map(str, dropped))}: they held "
+                  f"nodes this start leaves out (--drop-missing-nodes; the nodes are named in {state_dir / LOG_FILE})")
     if args.metrics_port:
         print(f"  metrics at http://{args.listen}:{args.metrics_port}/metrics")
     print(f"  state and log in {state_dir}")
     return 0
+
+
+def _dropped_at_start(rec: DaemonRecord) -> list[int]:
+    """The running jobs this start ended for want of their nodes (--drop-missing-nodes)."""
+    with ControlClient(rec, "elasticd-start") as c:
+        doc = QueueDocument.model_validate(c.request(Queue(all=True)))
+    return [j.job_id for j in doc.jobs if j.state == "NODE_FAIL" and j.end_time is not None
+            and j.end_time >= rec.started_at - 1.0 and "not part of the restarted daemon's cluster" in (j.reason or "")]
 
 
 def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[str, ...],
@@ -263,7 +279,8 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                        policy_params=list(args.policy_param), journal=not args.no_journal,
                        policy_config=str(args.policy_config) if args.policy_config else None,
                        min_free_space=args.min_free_space << 20, output_cap=args.output_cap << 20,
-                       salvage=args.salvage, metrics_port=args.metrics_port, **limit_settings(args),
+                       salvage=args.salvage, drop_missing_nodes=args.drop_missing_nodes,
+                       metrics_port=args.metrics_port, **limit_settings(args),
                        allocation_rules=allocation_rules(settings), slurm_job=os.environ.get("SLURM_JOB_ID"),
                        sbatch_args=shlex.split(settings.sbatch_args))
 

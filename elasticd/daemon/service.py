@@ -97,6 +97,9 @@ class DaemonConfig:
     # Start on a state directory whose journal is missing, empty or damaged, recovering every
     # record that can be read (elasticd.daemon.statecheck).
     salvage: bool = False
+    # Start although running jobs of the journal hold nodes that this start leaves out: they
+    # end NODE_FAIL and their processes are ended. Without it such a start is refused.
+    drop_missing_nodes: bool = False
     # Bytes a job's output files may hold in all (a job file's output_cap, in MiB, overrides).
     output_cap: int = defaults.OUTPUT_CAP_MIB << 20
     # Serve Prometheus metrics on this port of listen_host (None: not at all).
@@ -228,6 +231,8 @@ class Daemon:
         self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
         self._restored_at = self.now()
         self.recovered_jobs = 0
+        # Running jobs ended at start: their nodes are not part of it (--drop-missing-nodes).
+        self.dropped_jobs: dict[int, list[str]] = {}
         # The last failed write to the state directory, until one succeeds (elasticd status).
         self.write_error: str | None = None
         self.space_warning: str | None = None
@@ -459,6 +464,7 @@ class Daemon:
         now = self._restored_at = self.now()
         t0 = time.perf_counter()
         jobs = [restore_job(jid, JobSpec.model_validate_json(spec), data) for jid, spec, data in saved.jobs]
+        self._check_missing_nodes(jobs)
         # Ids go on from the highest ever given here, whatever rows are left.
         self._restored_limits = self.core.restore(jobs, int(saved.meta.get("next_order", "1")), now,
                                                   next_job_id=int(saved.meta.get("next_job_id", "1")))
@@ -473,6 +479,28 @@ class Daemon:
         log.info("journal: recovered %d job(s): %d pending, %d running, in %.2f s", len(jobs),
                  len(self.core.pending_ids), len(active), time.perf_counter() - t0)
         return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
+
+    def _check_missing_nodes(self, jobs: list[Job]) -> None:
+        """Running jobs hold the nodes they held: a start without some of them cannot take
+        those jobs over, and would end them (NODE_FAIL) and their processes while saying
+        they were recovered. Refused before anything is changed, naming the jobs and nodes,
+        unless `drop_missing_nodes` says to end them; then each is named in the log."""
+        from elasticd.errors import NodesMissing
+
+        nodes = set(self.config.node_names)
+        missing = {j.job_id: sorted(set(j.hosts) - nodes) for j in jobs if j.state.holds_nodes}
+        missing = {jid: hosts for jid, hosts in missing.items() if hosts}
+        if not missing:
+            return
+        held = "; ".join(f"job {jid} on {','.join(hosts)}" for jid, hosts in sorted(missing.items()))
+        if not self.config.drop_missing_nodes:
+            raise NodesMissing(
+                f"refusing to start: running job(s) hold nodes this start leaves out ({held}); start with "
+                f"those nodes too, or add --drop-missing-nodes to end those jobs (NODE_FAIL) and their processes")
+        for jid, hosts in sorted(missing.items()):
+            log.warning("job %d: ends NODE_FAIL and its processes are ended: it holds %s, which this start leaves "
+                        "out (--drop-missing-nodes)", jid, ",".join(hosts))
+        self.dropped_jobs = missing
 
     def _restore_voided(self, job_id: int) -> None:
         """The orders the previous daemon settled without the application, from the job's

@@ -1,0 +1,75 @@
+"""A restart after a crash takes running jobs over on the nodes they hold (README: a crash
+loses nothing acknowledged). One whose nodes the restart leaves out cannot be taken over:
+the start is refused before anything is changed, naming the jobs, their nodes and the option
+that ends them; with that option they end NODE_FAIL, their processes are ended, and the
+start says which."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import RunningDaemon, start_daemon, wait_until, write_job
+from elasticd.statedir import read_record
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_to_end_them(
+        tmp_path: Path, daemons: list[RunningDaemon]) -> None:
+    d = start_daemon(tmp_path / "state", nodes=4)
+    daemons.append(d)
+    job = write_job(tmp_path, "hold", f'''
+        name = "hold"
+        command = ["sh", "-c", "echo $$ > pid-$ELASTIC_HOST; exec sleep 300"]
+        nodes = 1
+        working_dir = "{tmp_path}"
+        output = "hold-%N.out"
+    ''')
+    ids = [d.submit(job) for _ in range(4)]
+    assert wait_until(lambda: all((tmp_path / f"pid-node{i}").exists() for i in range(1, 5)), 30)
+    on = {h: d.job(j)["hosts"] for j in ids for h in d.job(j)["hosts"]}
+    by_host = {d.job(j)["hosts"][0]: j for j in ids}
+    assert sorted(on) == ["node1", "node2", "node3", "node4"]
+    pids = {h: int((tmp_path / f"pid-{h}").read_text()) for h in on}
+    os.kill(d.record.pid, signal.SIGKILL)
+    psutil.Process(d.record.pid).wait(10)
+
+    refused = d.cli("elasticd", "start", "--local", "2", "--kill-wait", "1", timeout=60)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    for host in ("node3", "node4"):
+        assert f"job {by_host[host]} on {host}" in refused.stderr, refused.stderr
+    assert "--drop-missing-nodes" in refused.stderr
+    left = read_record(d.state_dir)
+    assert left is None or not alive(left.pid)  # no daemon runs
+    assert all(alive(p) for p in pids.values())  # and no job process was touched
+
+    forced = d.cli("elasticd", "start", "--local", "2", "--kill-wait", "1", "--drop-missing-nodes", timeout=60)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    rec = read_record(d.state_dir)
+    assert rec is not None
+    d = RunningDaemon(d.state_dir, rec, 2)
+    daemons.append(d)
+    dropped = sorted([by_host["node3"], by_host["node4"]])
+    assert f"ended NODE_FAIL, their processes ended: job(s) {dropped[0]}, {dropped[1]}" in forced.stdout, forced.stdout
+    for host, jid in by_host.items():
+        info = d.job(jid)
+        if host in ("node3", "node4"):
+            assert info["state"] == "NODE_FAIL", info
+            assert wait_until(lambda p=pids[host]: not alive(p), 15), f"process of job {jid} on {host} left"
+        else:
+            assert info["state"] == "RUNNING" and info["hosts"] == [host], info
+            assert alive(pids[host])
+    log = (d.state_dir / "daemon.log").read_text()
+    assert f"job {by_host['node3']}: ends NODE_FAIL" in log and "node3, which this start leaves out" in log
