@@ -30,6 +30,7 @@ import pytest
 from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import read_record
+from sigterm_support import assert_one_sigterm_each, counter_job, started
 
 ROOT = Path(__file__).resolve().parent.parent
 VCLUSTER = ROOT / "deploy" / "vcluster.sh"
@@ -424,6 +425,52 @@ def test_node_that_drops_mid_job_fails_rigid_jobs_shrinks_malleable_ones_and_is_
         set_link("node3", True)
         if d is not None:
             stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(170)
+def test_the_node_agent_gives_each_process_one_sigterm_on_shrink_cancel_time_limit_and_stop(
+        vcluster: VCluster, tmp_path: Path) -> None:
+    """The SSH launcher's ends (tests/sigterm_support.py): a shrink, then a cancel of the rest
+    of that job (the released host's processes had theirs: none again), a time limit, a stop.
+    Each process runs on a while after its SIGTERM, well within the kill-wait; the first
+    process of each job ends before its child, so the job's own end (one more `end` call on
+    the node) finds the child there, SIGTERMed already: it must not be signalled again."""
+    dirs = {name: tmp_path / name for name in ("mall", "limited", "stopped")}
+    for folder in dirs.values():
+        folder.mkdir()
+    rec = start_detached(tmp_path / "state", None, "easy", 10.0, timeout=40,
+                         extra=["--hosts", "node[1-3]", "--ssh-config", str(vcluster.ssh_config)])
+    d = RunningDaemon(tmp_path / "state", rec, len(NODES))
+    try:
+        early = {"LINGER": "0.2", "CHILD_LINGER": "2.5"}
+        mall = d.submit(counter_job(dirs["mall"], "{ min = 1, max = 2 }", kind="malleable",
+                                    env={"REGISTER": "1", **early}))
+        mall_pids = started(dirs["mall"], 4)
+        assert wait_until(lambda: (dirs["mall"] / "registered").exists(), 30)
+        limited = d.submit(counter_job(dirs["limited"], "1", time_limit="0:05", env=early))
+        limited_pids = started(dirs["limited"], 2)
+
+        hosts = d.job(mall)["hosts"]
+        r = d.cli("elasticd", "resize", str(mall), "1", "--hold")
+        assert r.returncode == 0, r.stdout + r.stderr
+        released = {pid: h for pid, h in mall_pids.items() if h == hosts[1]}
+        assert wait_until(lambda: d.job(mall)["hosts"] == hosts[:1], 30), d.job(mall)
+        assert_one_sigterm_each(dirs["mall"], released)
+
+        assert d.cli("ecancel", str(mall)).returncode == 0
+        d.wait([mall, limited], timeout=40)
+        assert d.job(mall)["state"] == "CANCELLED" and d.job(limited)["state"] == "TIMEOUT"
+        assert_one_sigterm_each(dirs["mall"], mall_pids)
+        assert_one_sigterm_each(dirs["limited"], limited_pids)
+
+        d.submit(counter_job(dirs["stopped"], "2"))
+        stopped_pids = started(dirs["stopped"], 4)
+        r = d.cli("elasticd", "stop", timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert_one_sigterm_each(dirs["stopped"], stopped_pids)
+    finally:
+        stop_daemon(d.record)
     assert_no_job_process_left()
 
 
