@@ -231,8 +231,6 @@ class Daemon:
         self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
         self._restored_at = self.now()
         self.recovered_jobs = 0
-        # Running jobs ended at start: their nodes are not part of it (--drop-missing-nodes).
-        self.dropped_jobs: dict[int, list[str]] = {}
         # The last failed write to the state directory, until one succeeds (elasticd status).
         self.write_error: str | None = None
         self.space_warning: str | None = None
@@ -500,7 +498,6 @@ class Daemon:
         for jid, hosts in sorted(missing.items()):
             log.warning("job %d: ends NODE_FAIL and its processes are ended: it holds %s, which this start leaves "
                         "out (--drop-missing-nodes)", jid, ",".join(hosts))
-        self.dropped_jobs = missing
 
     def _restore_voided(self, job_id: int) -> None:
         """The orders the previous daemon settled without the application, from the job's
