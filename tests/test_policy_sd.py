@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from elastic_protocol.jobspec import JobKind, PerfModel
+from elastic_protocol.models import ReconfigCost, WorkProgress, parse_speedup
 from elasticd.policies import make_policy
 from elasticd.policies.base import (
     Grow,
@@ -27,6 +28,7 @@ from elasticd.policies.base import (
     Snapshot,
     Start,
 )
+from elasticd.policies.predict import end_at
 
 M = JobKind.MALLEABLE
 
@@ -177,3 +179,19 @@ def test_a_moldable_job_started_wider_than_its_minimum_is_held_for_its_limit_on_
     queue = (rigid(3, 1, None), moldable, rigid(5, 3, None), rigid(6, 1, None), rigid(7, 1, None), rigid(8, 1, 540.0))
     policy = make_policy("sd", {"min_resize_interval": 0})
     assert policy.decide(Snapshot(200.0, 5, 5, queue, ())) == [Start(3, 1), Start(4, 2), Start(6, 1)]
+
+
+def test_a_running_jobs_predicted_end_ranked_without_a_copy_is_work_progress_end_time_to_the_last_bit() -> None:
+    # SD ranks mates by end_at, which must not move a single decision: the same floats as
+    # the clone-and-advance it replaces, frozen or not, finished or not, any model.
+    seen = 0
+    for model in ("linear", "amdahl:0.07", "rho:0.13"):
+        for cost in (ReconfigCost(), ReconfigCost(0.3, 7.1, 0.2)):
+            for changes in ((), ((33.3, 5),), ((33.3, 5), (101.7, 2), (101.9, 9))):
+                p = WorkProgress(1234.567, parse_speedup(model), cost, 3, 10.1)
+                for t, n in changes:
+                    p.resize(n, t)
+                for now in (p.last, p.frozen_until, 150.123456789, 333.3, 1e4, 1e6):
+                    seen += 1
+                    assert repr(end_at(p, now)) == repr(p.clone().end_time(now))
+    assert seen == 3 * 2 * 3 * 6

@@ -98,7 +98,7 @@ from elasticd.policies.base import (
     start_size,
 )
 from elasticd.policies.conservative import place_request
-from elasticd.policies.predict import PendingPrediction, RunningPrediction, replay
+from elasticd.policies.predict import PendingPrediction, RunningPrediction, end_at, replay
 from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
 
 
@@ -247,9 +247,9 @@ class SdPolicy:
         self.look_ahead = look_ahead
         # Running jobs' time-free facts, per view (see _RunInfo), and those of the last
         # snapshot's tuple of views (the core hands over the same tuple until a job changes):
-        # (that tuple, possible mates, possible lenders).
+        # (that tuple, possible mates, possible lenders, the most nodes mates could lend).
         self._run_info: dict[int, _RunInfo] = {}
-        self._run_last: tuple[tuple[RunningView, ...], list[_RunInfo], list[_RunInfo]] | None = None
+        self._run_last: tuple[tuple[RunningView, ...], list[_RunInfo], list[_RunInfo], int] | None = None
         # Jobs whose mates were shrunk for them: job id -> the size they start on once the
         # lent nodes are back. Shrinks take effect after the pass (the application answers),
         # so the start comes on a later pass; without this memory that pass would weigh the
@@ -294,23 +294,29 @@ class SdPolicy:
         served = 0  # entries started or granted on this pass
         served_from = 0
         # Entries before `next_actor` cannot act on this pass (see `_next_actor`): they only
-        # need their reservations, which the entries that may act are weighed against.
+        # need their reservations, which the entries that may act are weighed against. The
+        # next look-ahead starts past `next_actor`: that entry is weighed in full anyway, and
+        # weighing it again on the map its quiet predecessors left rarely spares that.
         next_actor = 0
+        look_from = 0
         for i, (e, is_request) in enumerate(entries):
             if len(out) > served_from:
                 d = out[-1]
                 served += isinstance(d, (Start, Grow)) and d.job_id == entries[i - 1][0].job_id  # type: ignore[attr-defined]
                 served_from = len(out)
             examined = i < self.max_job_test
-            asked = i >= next_actor
-            if asked:
-                if mates is None and examined and i <= last_malleable:
-                    mates = self._mates(snap)
-                next_actor = (
-                    self._next_actor(entries, i, free, snap.incoming_nodes - promised_left, prof, mates, now)
-                    if self.look_ahead
-                    else i
+            asked = i >= look_from
+            if asked and self.look_ahead:
+                # Mates are ranked when the look-ahead first needs them, if a malleable job
+                # that may get mates is still to come.
+                rank = mates is None and examined and i <= last_malleable
+                next_actor, mates = self._next_actor(
+                    entries, i, free, snap.incoming_nodes - promised_left, prof, mates, snap if rank else None
                 )
+                look_from = next_actor + 1
+            elif asked:
+                next_actor = i
+                look_from = i + 1
             if (next_actor == len(entries) and (asked or i % 16 == 0)
                     and self._give_back_settled(i, entries, prof, free, lenders, mates, now)):
                 break  # nothing from here on acts, and the rest of the map cannot matter
@@ -375,11 +381,14 @@ class SdPolicy:
         incoming: int,
         prof: FreeProfile,
         mates: _Mates | None,
-        now: float,
-    ) -> int:
+        snap: Snapshot | None,
+    ) -> tuple[int, _Mates | None]:
         """The first entry from `i` on that could still start, be granted, keep a promise,
-        start reduced or get mates on this pass; len(entries) if none can. `incoming`: nodes
-        on their way back, less those promised to jobs further down.
+        start reduced or get mates on this pass (len(entries) if none can), and the mates.
+        `incoming`: nodes on their way back, less those promised to jobs further down.
+        `snap`: rank the mates from it when first needed (None: they are not looked for,
+        or already ranked); most passes start or reserve what they do before any job
+        reaches the tests that need them.
 
         Each test is a necessary condition of the corresponding path in `decide` and
         `_malleable`, read on the state as it is now. The walk only tightens that state (idle
@@ -390,13 +399,20 @@ class SdPolicy:
         walk once nobody after can act, is what keeps SD-Policy fast on deep queues."""
         # Idle and incoming nodes not promised to a job further down; promises are only kept
         # by the entries they were made for, where the walk stops anyway.
+        now = prof.now
         cap = max(0, free + incoming)
         with_mates = mates is not None and bool(mates.ranked)
+        widest = 0
         if with_mates:
             assert mates is not None
             widest = mates.widest(self.mate_candidates, self.max_mates)
             latest_end, latest_limit = mates.latest(self.mate_candidates)
             after_mates = max(latest_limit, now)
+        elif snap is not None:
+            # Until they are ranked, the widest any mates could lend: what every running
+            # job that may ever lend lends, whatever its slowdown. Wider than `widest`, so it
+            # skips fewer jobs, but every job it skips, `widest` would have skipped too.
+            widest = self._running(snap.running)[2]
         # The map does not change during this walk: min_free(now, t) read off one list.
         starts, fewest = prof.fewest_from_now()
         first_after = bisect.bisect_left
@@ -405,7 +421,7 @@ class SdPolicy:
         start_cap = min(free, fewest[0])
         # Nor on more of its own nodes than that and `cap`, nor with mates on more than
         # that and the widest lenders: a job whose minimum is above cannot act.
-        reach_cap = max(0, min(cap, fewest[0])) + (widest if with_mates else 0)
+        reach_cap = max(0, min(cap, fewest[0])) + widest
         # A job whose minimum is above both cannot act at all (its planned size is no less).
         hopeless = max(start_cap, reach_cap)
 
@@ -421,9 +437,9 @@ class SdPolicy:
             if is_request:
                 r: RunningView = e  # type: ignore[assignment]
                 if k >= last_planned:
-                    return end  # the walk stops at an unplanned request
+                    return end, mates  # the walk stops at an unplanned request
                 if r.requested <= free and free_until(r.estimated_end) >= r.requested:
-                    return k
+                    return k, mates
                 continue
             t = traits.get(e.job_id)  # type: ignore[attr-defined]  # `_traits_for`, inline
             if t is None or t[0] is not e:
@@ -435,13 +451,24 @@ class SdPolicy:
             j = first_after(starts, now + limit) - 1
             for_limit = fewest[max(0, j)]
             if need <= start_cap and for_limit >= need:
-                return k  # it may start as planned
+                return k, mates  # it may start as planned
             if k >= last_planned:
-                return end  # unplanned jobs start in strict order: the walk stops here
+                return end, mates  # unplanned jobs start in strict order: the walk stops here
             if promised and job.job_id in promised:
-                return k
+                return k, mates
             if pp is None:
                 continue  # static placement only
+            if snap is not None:  # the first job that needs the mates: rank them now
+                mates = self._mates(snap)
+                snap = None
+                with_mates = bool(mates.ranked)
+                widest = 0
+                if with_mates:
+                    widest = mates.widest(self.mate_candidates, self.max_mates)
+                    latest_end, latest_limit = mates.latest(self.mate_candidates)
+                    after_mates = max(latest_limit, now)
+                reach_cap = max(0, min(cap, fewest[0])) + widest
+                hopeless = max(start_cap, reach_cap)
             if least > reach_cap:
                 continue
             work, speedup = pp.work, pp.speedup.speedup
@@ -461,7 +488,7 @@ class SdPolicy:
                     room = fewest[max(0, j)]
                     room = min(room, cap)
                     if room >= n:
-                        return k  # it may start reduced, with no mate
+                        return k, mates  # it may start reduced, with no mate
                     n = room
             if not with_mates:
                 continue
@@ -480,8 +507,8 @@ class SdPolicy:
                 if free_past < least:
                     continue  # past every mate's limit the map cannot hold even its minimum
             if self._may_get_mates(job, pp, cap, prof, mates, now, free_until):  # type: ignore[arg-type]
-                return k
-        return end
+                return k, mates
+        return end, mates
 
     def _traits_for(self, job: PendingView) -> tuple[PendingView, int, float, int, int, PendingPrediction | None]:
         """What a walk asks of a queued job on every pass, kept while the job waits (the
@@ -601,7 +628,7 @@ class SdPolicy:
         ends = [
             r.estimated_end
             for r, before in lenders
-            if before - r.size <= min(free, prof.min_free(now, r.estimated_end))
+            if before - r.size <= free and before - r.size <= prof.min_free(now, r.estimated_end)
         ]
         if not ends:
             return True
@@ -869,7 +896,7 @@ class SdPolicy:
             if lend < 1 and not dynamic:
                 continue
             assert replayed is not None
-            end = replayed.clone().end_time(now)  # RunningPrediction(r, now, replayed).end
+            end = end_at(replayed, now)  # RunningPrediction(r, now, replayed).end
             preds.append((r, replayed, end, (end - submitted) / limit, lend))
         if dynamic:
             cutoff = sum(p[3] for p in preds) / len(preds) if preds else math.inf
@@ -883,15 +910,16 @@ class SdPolicy:
         out.sort(key=lambda m: (m.base, m.job.job_id))
         return _Mates(out, cutoff)
 
-    def _running(self, running: tuple[RunningView, ...]) -> tuple[list[_RunInfo], list[_RunInfo]]:
-        """(possible mates, possible lenders) among the running jobs, by what does not
-        depend on the time: kept while the snapshot's tuple of views is the same one, each
-        view's facts kept while the view is. Most passes see the tuple of the pass before,
-        and the others all but one or two of its views; each view's history is replayed
-        once, not on every pass."""
+    def _running(self, running: tuple[RunningView, ...]) -> tuple[list[_RunInfo], list[_RunInfo], int]:
+        """(possible mates, possible lenders, the most nodes any `max_mates` of the possible
+        mates could lend) among the running jobs, by what does not depend on the time
+        (the slowdown cut and the resize interval only remove mates). Kept while the
+        snapshot's tuple of views is the same one (a pass asks for mates and lenders), each
+        view's facts while the view is: a job's history is replayed once per view, not
+        on every pass."""
         last = self._run_last
         if last is not None and last[0] is running:
-            return last[1], last[2]
+            return last[1], last[2], last[3]
         cache = self._run_info
         if len(cache) > 2 * len(running) + 64:  # bounded at O(running), now and then
             cache = self._run_info = {id(r): cache[id(r)] for r in running if id(r) in cache and cache[id(r)][0] is r}
@@ -906,8 +934,10 @@ class SdPolicy:
                 mates.append(info)
             if r.size < info[6] and info[1] >= 0:
                 lenders.append(info)
-        self._run_last = (running, mates, lenders)  # holding the tuple: its id stays its own
-        return mates, lenders
+        lends = sorted((info[1] for info in mates if info[1] >= 1), reverse=True)
+        bound = sum(lends[: self.max_mates])
+        self._run_last = (running, mates, lenders, bound)  # holding the tuple: its id stays its own
+        return mates, lenders, bound
 
     def _run_info_of(self, r: RunningView) -> _RunInfo:
         """`_RunInfo` of a view. The lend is -1 when the job can never be resized as this
@@ -944,7 +974,7 @@ class SdPolicy:
             if free <= 0:
                 break
             n = before - r.size
-            if n <= min(free, prof.min_free(now, r.estimated_end)):
+            if n <= free and n <= prof.min_free(now, r.estimated_end):  # (the map read only if needed)
                 prof.reserve(now, r.estimated_end, n)
                 out.append(Grow(r.job_id, n))
                 free -= n
