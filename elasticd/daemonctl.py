@@ -56,6 +56,25 @@ def _rotate(log_path: Path) -> None:
         log_path.replace(log_path.with_name(f"{log_path.name}.1"))
 
 
+def _start_failure(state_dir: Path, log_path: Path, code: int) -> str:
+    """Why a daemon exited at start, never an empty line: its log's last lines, or, when it
+    left none (its log could not be written: a full disk), what can be seen from here."""
+    from elasticd.daemon.statecheck import START_NEEDS, free_bytes, full_message
+
+    try:
+        tail = [t for t in log_path.read_text(errors="replace").strip().splitlines() if t.strip()][-5:]
+    except OSError as exc:
+        tail = [f"(its log {log_path} cannot be read: {exc.strerror or exc})"]
+    how = f"signal {-code}" if code < 0 else f"status {code}"
+    if tail:
+        return f"the daemon exited at start ({how}):\n  " + "\n  ".join(tail)
+    free = free_bytes(state_dir)
+    if free is not None and free < START_NEEDS:
+        return f"the daemon exited at start ({how}) and could not write its log: {full_message(state_dir, free)}"
+    return (f"the daemon exited at start ({how}) and left nothing in its log {log_path}; run "
+            "`elasticd start --foreground` with the same options to see why")
+
+
 def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: float, listen: str = "127.0.0.1",
                    log_level: str = "INFO", timeout: float = 20.0, extra: list[str] | None = None) -> DaemonRecord:
     """Start `elasticd start --foreground` in its own session and wait for its address."""
@@ -77,8 +96,7 @@ def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: f
         if rec is not None and rec.pid == child.pid:
             return rec
         if child.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-            raise ElasticError("the daemon exited at start:\n  " + "\n  ".join(tail))
+            raise ElasticError(_start_failure(state_dir, log_path, child.returncode))
         time.sleep(0.02)
     child.terminate()
     raise ElasticError(f"the daemon did not come up within {timeout:.0f} s; see {log_path}")

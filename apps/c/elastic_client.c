@@ -56,6 +56,23 @@ static void expect_ok(const char *verb) {
     if (strncmp(buf, "ok ", 3) != 0) { fprintf(stderr, "elastic_client: %s: %s\n", verb, buf); exit(3); }
 }
 
+/* An answer to an order. `error state_write_failed`: the daemon could not save it (its disk
+ * is full) and did not take it; the same answer is sent again until it is. */
+static void answer(const char *line, const char *verb) {
+    char buf[MAX_LINE + 2];
+    for (;;) {
+        send_line(line);
+        do read_line(buf); while (apply_hosts(buf));
+        if (strncmp(buf, "ok ", 3) == 0) return;
+        if (strncmp(buf, "error state_write_failed", 24) != 0) {
+            fprintf(stderr, "elastic_client: %s: %s\n", verb, buf);
+            exit(3);
+        }
+        fprintf(stderr, "elastic_client: %s not saved by the daemon; sending it again\n", verb);
+        sleep(1);
+    }
+}
+
 /* The value of key=VALUE among the words of a line, or NULL. */
 static const char *option(char **words, int n, const char *key) {
     size_t k = strlen(key);
@@ -114,18 +131,15 @@ int main(int argc, char **argv) {
             int len = snprintf(out, sizeof out, "shrunk order=%s", order);
             for (int i = 0; i < count; i++) len += snprintf(out + len, sizeof out - len, " %s", hosts[nhosts - 1 - i]);
             nhosts -= count;
-            send_line(out);
-            expect_ok("shrunk");
+            answer(out, "shrunk");
         } else if (strcmp(words[0], "grow") == 0 && n >= 2 + count) {
             for (int i = 0; i < count && nhosts < MAX_HOSTS; i++) hosts[nhosts++] = strdup(words[2 + i]);
             int len = snprintf(out, sizeof out, "grown order=%s", order);
             for (int i = 0; i < nhosts; i++) len += snprintf(out + len, sizeof out - len, " %s", hosts[i]);
-            send_line(out);
-            expect_ok("grown");
+            answer(out, "grown");
         } else {
             snprintf(out, sizeof out, "refuse order=%s cannot do that", order);
-            send_line(out);
-            expect_ok("refuse");
+            answer(out, "refuse");
         }
         done++;
     }

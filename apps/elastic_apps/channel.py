@@ -31,7 +31,15 @@ from typing import Any, Self
 from elastic_apps.env import JobEnv, job_env
 from elastic_apps.errors import ChannelClosed, DaemonRefused, Defer, ElasticAppError, Refuse
 from elastic_apps.handler import MalleableHandler
-from elastic_protocol.appchannel import DAEMON_VERBS, UNSOLICITED_VERBS, parse, parse_count, parse_error, seconds_text
+from elastic_protocol.appchannel import (
+    DAEMON_VERBS,
+    RETRY_CODES,
+    UNSOLICITED_VERBS,
+    parse,
+    parse_count,
+    parse_error,
+    seconds_text,
+)
 from elastic_protocol.errors import MalformedMessage
 from elastic_protocol.version import MAX_APP_LINE_BYTES, PROTOCOL_VERSION
 
@@ -425,7 +433,7 @@ class JobChannel:
         order = msg.options.get("order", "0")
         h = self.handler
         if h is None:
-            self._request(f"refuse order={order} no handler registered")
+            self._answer(f"refuse order={order} no handler registered")
             return
         self._current_order = order
         try:
@@ -448,7 +456,7 @@ class JobChannel:
         try:
             if verb == "shrink":
                 removed = [str(x) for x in self._call(h.pre_shrink, n)]
-                self._request(f"shrunk order={order} " + " ".join(removed))
+                self._answer(f"shrunk order={order} " + " ".join(removed))
                 self.hosts = [x for x in self.hosts if x not in set(removed)]
                 self._call(h.post_shrink, n, removed)
             else:
@@ -457,11 +465,11 @@ class JobChannel:
                 self._call(h.pre_grow, n)
                 self._call(h.post_grow, n, continued, new)
                 self.hosts = continued + new
-                self._request(f"grown order={order} " + " ".join(self.hosts))
+                self._answer(f"grown order={order} " + " ".join(self.hosts))
         except Refuse as r:
-            self._request(f"refuse order={order} {_one_line(r.reason)}".rstrip())
+            self._answer(f"refuse order={order} {_one_line(r.reason)}".rstrip())
         except Defer as d:
-            self._request(f"defer order={order} {seconds_text(d.seconds)}")
+            self._answer(f"defer order={order} {seconds_text(d.seconds)}")
         except DaemonRefused as exc:
             if exc.code in _ORDER_GONE:
                 # Settled without this answer (a deadline passed): the daemon's `hosts`
@@ -469,12 +477,40 @@ class JobChannel:
                 log.warning("elastic: order %s was settled without this answer: %s", order, exc)
                 return
             log.error("elastic: the daemon refused the answer to order %s: %s", order, exc)
-            self._request(f"refuse order={order} handler answer refused: {_one_line(exc.message)}")
+            self._fallback_refuse(order, f"handler answer refused: {_one_line(exc.message)}")
         except ChannelClosed:
             raise
         except Exception as exc:
             log.exception("elastic: handler failed on %s", verb)
-            self._request(f"refuse order={order} handler raised {type(exc).__name__}")
+            self._fallback_refuse(order, f"handler raised {type(exc).__name__}")
+
+    def _fallback_refuse(self, order: str, reason: str) -> None:
+        """Refuse an order whose answer could not be given; a refusal of that too is logged
+        (the deadline settles the order then), never raised into the order thread."""
+        try:
+            self._answer(f"refuse order={order} {reason}")
+        except DaemonRefused as exc:
+            log.error("elastic: the daemon refused the refusal of order %s too: %s", order, exc)
+
+    def _answer(self, line: str) -> str:
+        """Send an order's answer. One the daemon could not save (`state_write_failed`: its
+        state directory is full) was not taken: it is sent again, every second or two, until
+        it is. The daemon, if it still cannot save it at the order's deadline, settles the
+        order with this same answer and takes the retry that follows (`ok`), so the hosts
+        the handler gave up are the ones that go, whatever the disk does."""
+        delay, warned = 0.5, False
+        while True:
+            try:
+                return self._request(line)
+            except DaemonRefused as exc:
+                if exc.code not in RETRY_CODES:
+                    raise
+                if not warned:
+                    log.warning("elastic: the daemon could not save the answer %r (%s); sending it again until "
+                                "it can", line, exc)
+                    warned = True
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
 
 
 def _one_line(text: str) -> str:

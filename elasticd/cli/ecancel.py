@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
             # ended before its nodes were used again; say so rather than nothing.
             print(f"ecancel: job {jid} had already ended ({state}); nothing of it is left to cancel",
                   file=sys.stderr)
-        return 0
+        # Carried out but not saved (the state directory is full): done, and an error all the
+        # same, for a failed write is never silent.
+        for why in (answer.get("not_saved") or {}).values():
+            print(f"ecancel: error: {why}", file=sys.stderr)
+        return 1 if answer.get("not_saved") else 0
 
     return run_tool("ecancel", body)
 

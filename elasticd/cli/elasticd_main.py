@@ -213,9 +213,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     else:
         return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
                     "stop it with `elasticd stop` or use another --state-dir")
-    if not args.no_journal and not args.salvage:
-        from elasticd.daemon.statecheck import check
+    from elasticd.daemon.statecheck import check, check_room
 
+    check_room(state_dir)  # a full disk is named as such, before anything reads it as damage
+    if not args.no_journal and not args.salvage:
         check(state_dir)  # refuse a state directory that held jobs but lost its journal
     if args.foreground:
         return _serve_foreground(args, state_dir, cluster.nodes, settings)
@@ -299,9 +300,11 @@ def cmd_stop(args: argparse.Namespace) -> int:
     # `stop` waits that long and 2 s more, never for ever.
     deadline = time.monotonic() + rec.kill_wait + 5.0
     ended: list[int] = []
+    unsaved: str | None = None
     try:
         with ControlClient(rec, "elasticd-stop", timeout=5.0) as c:
-            ended = c.request(Stop(), timeout=max(1.0, deadline - time.monotonic()))["ended_jobs"]
+            answer = c.request(Stop(), timeout=max(1.0, deadline - time.monotonic()))
+            ended, unsaved = answer["ended_jobs"], answer.get("not_saved")
     except (ElasticError, OSError) as exc:
         if not pid_alive(rec.pid):
             print(f"elasticd stopped (pid {rec.pid})")
@@ -317,6 +320,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
                     f"stop; see {state_dir / LOG_FILE} (`kill -9 {rec.pid}` ends it; its next start recovers "
                     "or ends what it leaves)")
     print(f"elasticd stopped (pid {rec.pid})")
+    if unsaved:
+        return fail("elasticd", unsaved)
     return 0
 
 
@@ -362,6 +367,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                   + (f" on {','.join(c['hosts'])}" if c["hosts"] else ""))
         if a["error"]:
             print(f"    last error: {a['error']}")
+    if info.storage is not None:
+        print(f"  STATE DIRECTORY: {info.storage}")
     if info.journal is None:
         print("  journal: none (jobs do not survive a crash of the daemon)")
     else:

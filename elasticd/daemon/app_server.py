@@ -13,12 +13,12 @@ import logging
 import select
 from typing import TYPE_CHECKING
 
-from elastic_protocol.appchannel import APP_VERBS, Message, error_line, parse, parse_count
+from elastic_protocol.appchannel import APP_VERBS, STATE_WRITE_FAILED, Message, error_line, parse, parse_count
 from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd.daemon.line_server import LineServer
-from elasticd.errors import OrderRejected, UnknownJob
+from elasticd.errors import OrderRejected, StateWriteError, UnknownJob
 
 if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
     from elasticd.daemon.service import Daemon
@@ -113,6 +113,10 @@ class AppServer(LineServer):
                     reply = error_line(exc.code, str(exc))
                 except UnknownJob:
                     break  # the job is gone (ended meanwhile)
+                except StateWriteError as exc:
+                    # Not a bug: the state directory cannot take the write (a full disk).
+                    # Nothing was changed; the application sends the line again later.
+                    reply = error_line(STATE_WRITE_FAILED, f"{exc}; not taken, nothing changed: send it again")
                 except Exception:
                     log.exception("app: job %d: internal error", job_id)
                     reply = error_line("internal", "internal error; see the daemon log")

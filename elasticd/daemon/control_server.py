@@ -165,18 +165,21 @@ class ControlServer(LineServer):
         if isinstance(req, Cancel):
             results: dict[str, str | None] = {}
             ended: list[int] = []  # had ended before: nothing of them was left to cancel
+            unsaved: dict[str, str] = {}  # carried out, not saved (a full disk): what that means
             for jid in req.job_ids:
                 try:
                     if d.core.job(jid).state.is_final:
                         ended.append(jid)
-                    results[str(jid)] = d.cancel(jid)
+                    results[str(jid)], why = d.cancel(jid)
+                    if why is not None:
+                        unsaved[str(jid)] = why
                 except UnknownJob:
                     results[str(jid)] = None
             missing = [j for j, s in results.items() if s is None]
             if missing:
                 return _error("unknown_job", f"no such job: {', '.join(missing)}",
                               [f"{j}: {s}" for j, s in results.items() if s is not None])
-            return _ok({"states": results, "already_ended": ended})
+            return _ok({"states": results, "already_ended": ended, "not_saved": unsaved})
         if isinstance(req, Queue):
             return _ok(self._queue(req).model_dump())
         if isinstance(req, Status):
@@ -194,7 +197,7 @@ class ControlServer(LineServer):
             return _ok({"job_id": req.job_id})
         if isinstance(req, Stop):
             ended = await d.stop()
-            return _ok({"ended_jobs": ended})
+            return _ok({"ended_jobs": ended, "not_saved": d.stop_unsaved})
         if isinstance(req, Hello):
             return _error("bad_request", "hello was already received on this connection")
         return _error("bad_request", f"unsupported request {type(req).__name__}")
@@ -208,8 +211,9 @@ class ControlServer(LineServer):
             jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
         pending = d.core.pending_ids
         head = pending[0] if pending else None
+        blocked = bool(pending) and d.storage_problem() is not None
         return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head)) for j in jobs])
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked)) for j in jobs])
 
     def _status(self) -> StatusInfo:
         d = self.daemon
@@ -228,6 +232,7 @@ class ControlServer(LineServer):
             jobs_by_state=dict(counts),
             journal=None if d.journal is None else str(d.journal.path),
             recovered_jobs=d.recovered_jobs,
+            storage=d.storage_problem(),
             allocation=None if d.allocation is None else d.allocation.status(),
         )
 

@@ -143,25 +143,30 @@ class Journal:
             db.execute("INSERT OR REPLACE INTO secrets (job_id, secret) VALUES (?, ?)", (job_id, secret))
 
     def save_value(self, job_id: int, key: str | None, value: str | None) -> None:
-        """One value of a job; key None drops all of the job's values (it ended)."""
+        """One value of a job (value None: it is gone); key None drops all of the job's
+        values (it ended)."""
         db = self._begin()
         if key is None:
             db.execute("DELETE FROM job_values WHERE job_id = ?", (job_id,))
+        elif value is None:
+            db.execute("DELETE FROM job_values WHERE job_id = ? AND key = ?", (job_id, key))
         else:
             db.execute("INSERT OR REPLACE INTO job_values (job_id, key, value) VALUES (?, ?, ?)",
                        (job_id, key, value))
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         """Make the open transaction durable; StateWriteError (naming the state directory and
-        why: disk full, I/O error, read-only, file too large) when it cannot be."""
+        why: disk full, I/O error, read-only, file too large) when it cannot be. True when
+        something was written: only that shows the state directory takes writes again."""
         if not self._in_tx:
-            return
+            return False
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self.rollback()
             raise StateWriteError(f"cannot save to {self.path.parent}: {exc}") from None
         self._in_tx = False
+        return True
 
     def rollback(self) -> None:
         """Drop what was written since the last commit (a commit that failed, or an event the

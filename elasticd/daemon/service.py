@@ -15,6 +15,7 @@ launcher, their applications reconnecting to the same ports with the same secret
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -47,7 +48,7 @@ from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.statecheck import salvage
-from elasticd.errors import LaunchError, OrderRejected, QueueFull, StateWriteError
+from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
@@ -235,6 +236,17 @@ class Daemon:
         self.write_error: str | None = None
         self.space_warning: str | None = None
         self._write_error_logged = 0.0
+        # Secrets and rendezvous values changed since the last commit that saved them: written
+        # from memory at each commit, so that one that failed loses none of them (the journal's
+        # rollback drops what it held).
+        self._dirty_secrets: set[int] = set()
+        self._dirty_values: set[tuple[int, str | None]] = set()
+        # An application's answer that could not be saved (the disk was full), by order: what
+        # the order is settled with at its deadline, never hosts the application did not name.
+        self._unsaved_answers: dict[int, tuple[Event, tuple[int, str, tuple[str, ...], str]]] = {}
+        # The answer an order was settled with at its deadline, unsaved: the application's own
+        # retry of it is `ok`, not `unknown_order`.
+        self._taken_late: dict[int, tuple[int, str, tuple[str, ...], str]] = {}
         self._restored_limits: list[Action] = []
         # While the jobs of a previous daemon are taken back, no pass runs (see _recover).
         self._recovering = False
@@ -243,6 +255,7 @@ class Daemon:
         self._cut_short: dict[int, asyncio.Future[None]] = {}
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
         self.allocation: AllocationResizer | None = None
+        self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
 
     def now(self) -> float:
         return self.clock.now()
@@ -355,8 +368,28 @@ class Daemon:
             left = self.core.active_ids
             log.error("stopping: job(s) %s not seen ending within kill-wait + 3 s; stopping anyway (the next "
                       "start ends what is left of them)", left)
+        self.stop_unsaved = self._final_save()
         self._stopped.set()
         return running
+
+    def _final_save(self) -> str | None:
+        """Save the jobs' last states before the stop is answered; what could not be saved,
+        in words for the operator (None: all saved). A job whose end is not saved comes back
+        at the next start as last saved: one that was running then ends NODE_FAIL, its
+        processes being gone."""
+        if self.journal is None:
+            return None
+        self.persist()
+        if self.write_error is None:
+            return None
+        changed = self.core.take_changed()
+        self.core.requeue_changed(changed)
+        ids = ", ".join(str(j.job_id) for j in changed) or "none"
+        msg = (f"could not save the final state of job(s) {ids}: {self.write_error}. A daemon started again on "
+               f"{self.config.state_dir} shows them as last saved (one saved running ends NODE_FAIL there); "
+               f"their ends are in {self.config.state_dir / 'daemon.log'}")
+        log.error("stopping: %s", msg)
+        return msg
 
     async def _wait_for(self, done: Callable[[], bool], timeout: float) -> bool:
         """Wait until `done()` holds after a change, at most `timeout` seconds."""
@@ -414,37 +447,51 @@ class Daemon:
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
+            for jid in sorted(self._dirty_secrets):
+                j.save_secret(jid, self.job_secrets.get(jid))
+            for jid, key in sorted(self._dirty_values, key=lambda k: (k[0], k[1] is not None, k[1] or "")):
+                j.save_value(jid, key, None if key is None else self.job_values.get(jid, {}).get(key))
             t0 = time.monotonic()
-            j.commit()
+            wrote = j.commit()
             if self.metrics is not None:
                 self.metrics.commit_seconds.observe(time.monotonic() - t0)
         except (sqlite3.Error, StateWriteError) as exc:
             j.rollback()
             self.core.requeue_changed(changed)
-            if isinstance(exc, StateWriteError):
-                raise
-            raise StateWriteError(f"cannot save to {self.config.state_dir}: {exc}") from None
-        if self.write_error is not None:
-            log.warning("state directory writable again; %s", "journal up to date")
+            failed = exc if isinstance(exc, StateWriteError) else \
+                StateWriteError(f"cannot save to {self.config.state_dir}: {exc}")
+            self._write_failed(failed)
+            raise failed from None
+        self._dirty_secrets.clear()
+        self._dirty_values.clear()
+        flushed = self._flush_event_log()
+        if self.write_error is not None and wrote and flushed:
+            # Only a write that reached the disk says so (a commit with nothing to write
+            # proves nothing while the disk is still full).
+            log.warning("state directory writable again: %d job change(s) held in memory saved; journal up to date",
+                        len(changed))
             self.write_error = None
-        self._flush_event_log()
 
     def _write_failed(self, exc: StateWriteError) -> None:
         """Remember (for `elasticd status`) and log, once per distinct error and minute."""
         now = self.now()
         if self.write_error != str(exc) or now - self._write_error_logged > 60:
-            log.error("%s; the change stays in memory and is saved again at the next write", exc)
+            log.error("%s; until a write succeeds, what the daemon learns (exits, cancels) is kept in memory and "
+                      "saved at the next write, and decisions (submissions, answers, starts) are refused", exc)
             self._write_error_logged = now
         self.write_error = str(exc)
 
-    def _flush_event_log(self) -> None:
-        """The history of what was just committed; late (kept and retried), never ahead."""
+    def _flush_event_log(self) -> bool:
+        """The history of what was just committed; late (kept and retried), never ahead.
+        False when it could not be written."""
         if self.event_log is None:
-            return
+            return True
         try:
             self.event_log.flush()
         except EventLogError as exc:
             log.error("%s (%d record(s) kept, retried at the next commit)", exc, self.event_log.pending)
+            return False
+        return True
 
     def _persist_soon(self) -> None:
         """Save at the end of this loop turn the changes that have no reply or action."""
@@ -667,11 +714,27 @@ class Daemon:
         self._schedule_soon()
         return job_id
 
-    def cancel(self, job_id: int) -> str:
-        self._do(ev.CancelRequested(self.now(), job_id))
+    def cancel(self, job_id: int) -> tuple[str, str | None]:
+        """The job's state after the cancel, and None; or, when the cancel cannot be saved
+        (a full disk), it is carried out all the same — the operator's way to end the job
+        that fills the disk — and the second value says what was not saved and what a
+        restart before it is saved would show."""
+        event = ev.CancelRequested(self.now(), job_id)
+        unsaved: str | None = None
+        try:
+            self._do(event)
+        except StateWriteError as exc:
+            held = self.core.job(job_id).state.holds_nodes
+            self._do(event, saved=False)
+            after = ("NODE_FAIL (its processes are ended now)" if held
+                     else "PENDING again (cancel it again then)")
+            unsaved = (f"job {job_id} is cancelled, but the cancel could not be saved ({exc}); it is saved as soon "
+                       f"as the state directory takes writes again; a daemon restarted before that shows the job "
+                       f"{after}")
+            log.warning("%s", unsaved)
         self._notify()
         self._schedule_soon()
-        return self.core.job(job_id).state.value
+        return self.core.job(job_id).state.value, unsaved
 
     def resize(self, job_id: int, nodes: int, hold: bool = False) -> None:
         self._do(ev.ResizeRequested(self.now(), job_id, nodes, hold))
@@ -686,6 +749,8 @@ class Daemon:
         self._tick_handle = self.clock.call_at(self.now() + self.config.schedule_interval, self._tick)
         if self.core.pending_ids or self.core.active_ids:
             self._schedule_soon()
+        elif self.write_error is not None:
+            self._persist_soon()  # what is held in memory is saved once the disk has room
 
     # ---- nodes (cluster mode) ------------------------------------------------------------
     def node_down(self, host: str, why: str) -> None:
@@ -748,7 +813,13 @@ class Daemon:
         self._schedule_soon()
 
     def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
-        """shrunk / grown / refuse / defer; raises OrderRejected for the application."""
+        """shrunk / grown / refuse / defer; raises OrderRejected for the application, and
+        StateWriteError when the answer cannot be saved: it is not taken then, and is sent
+        again by the application; if the disk stays full until the order's deadline, the
+        order is settled with it there (never with hosts the application did not name)."""
+        late = self._taken_late.get(job_id)
+        if late is not None and late == (order_id, verb, tuple(hosts), text):
+            return  # settled with this very answer at the deadline: its retry is told so
         now = self.now()
         event: Event
         if verb == "shrunk":
@@ -769,12 +840,20 @@ class Daemon:
             held = " ".join(h for h in job.hosts if h not in job.leaving)
             raise OrderRejected("expired", f"order {order_id} was settled without this answer ({why}); "
                                 f"the job's hosts are now: {held}")
-        self._do(event)
+        try:
+            self._do(event)
+        except StateWriteError:
+            self._unsaved_answers[order_id] = (event, (order_id, verb, tuple(hosts), text))
+            raise
+        self._answer_taken(job_id, order_id, event)
+
+    def _answer_taken(self, job_id: int, order_id: int, event: Event) -> None:
+        self._unsaved_answers.pop(order_id, None)
         self._order_settled(order_id)
         if isinstance(event, ev.GrowAnswered):
             confirm = getattr(_host_launcher(self.launcher), "confirm_joined", None)
             if confirm is not None:
-                confirm(job_id, tuple(hosts))
+                confirm(job_id, event.hosts)
         self._notify()
         self._schedule_soon()
 
@@ -863,6 +942,16 @@ class Daemon:
             # transaction, so nothing of it was applied, and the next event asks again.
             log.exception("scheduling failed; the queue is kept and asked again at the next event")
 
+    def storage_problem(self) -> str | None:
+        """What the state directory keeps from happening, in words (`elasticd status`, and
+        the pending jobs' StateDiskFull): too little free space to start jobs, or the last
+        write that failed; None when neither."""
+        problems = [self.space_warning] if self._short_of_space() else []
+        if self.write_error is not None:
+            problems.append(f"the last write failed: {self.write_error} (changes held in memory until one succeeds; "
+                            "submissions, answers and starts are refused meanwhile)")
+        return "; ".join(p for p in problems if p) or None
+
     def _short_of_space(self) -> bool:
         """No job starts while the state directory's file system is nearly full: its journal,
         event log and the jobs' own output would be the next to fail."""
@@ -876,14 +965,15 @@ class Daemon:
                 log.warning("state directory has room again (%d MiB free); starting jobs", free >> 20)
                 self.space_warning = None
             return False
-        msg = (f"not starting jobs: the file system of {self.config.state_dir} has {free >> 20} MiB free, "
-               f"less than --min-free-space ({self.config.min_free_space >> 20} MiB)")
-        if self.space_warning != msg:
-            log.error(msg)
+        has = f"{free >> 20} MiB" if free >= 1 << 20 else f"{free} bytes"
+        msg = (f"not starting jobs: state directory {self.config.state_dir} is short of space: {has} free on its file "
+               f"system, less than --min-free-space ({self.config.min_free_space >> 20} MiB)")
+        if self.space_warning is None:
+            log.error(msg)  # once, not at every byte the disk loses
         self.space_warning = msg
         return True
 
-    def _do(self, event: Event) -> None:
+    def _do(self, event: Event, saved: bool = True) -> None:
         """Hand one event to the core and carry out what it asks (raises, with nothing
         changed, when the core refuses the event). Every accepted event goes to the log.
 
@@ -892,8 +982,10 @@ class Daemon:
         acknowledged, or, when the commit fails, undone in the core and raised
         (StateWriteError) to whoever asked: nothing half-applied stays in memory and no job
         is launched that the journal does not hold. A fact the daemon learned (an exit,
-        hosts gone, a node down) is applied whatever the disk does and saved when it can."""
-        tx = self.journal is not None and isinstance(event, _DECISIONS)
+        hosts gone, a node down) is applied whatever the disk does and saved when it can;
+        so is a decision given with saved=False, the daemon's way to carry out what cannot
+        wait for the disk (a cancel, an order's deadline)."""
+        tx = saved and self.journal is not None and isinstance(event, _DECISIONS)
         if tx:
             self.core.begin()
         new_secrets: list[int] = []
@@ -1074,11 +1166,40 @@ class Daemon:
                 self.now() + _DEADLINE_INPUT_STEP, self._order_deadline, job_id, order_id)
             return
         self._deadline_waits.pop(order_id, None)
+        if self._settle_with_unsaved_answer(job_id, order_id):
+            return
         log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
         self._do(ev.OrderDeadline(self.now(), job_id, order_id))
         self._notify()
 
+    def _settle_with_unsaved_answer(self, job_id: int, order_id: int) -> bool:
+        """At an order's deadline, the application's answer that could not be saved settles
+        it: the application acted on it already (a shrink's processes on the hosts it named
+        are ending), so the daemon's own default (the last hosts) could end processes on
+        hosts the application still uses. Saved if the disk has room by now, else applied
+        as a fact and saved at the next write."""
+        unsaved = self._unsaved_answers.pop(order_id, None)
+        if unsaved is None:
+            return False
+        answer, said = unsaved
+        answer = dataclasses.replace(answer, time=self.now())
+        try:
+            try:
+                self._do(answer)
+            except StateWriteError as exc:
+                log.warning("job %d: order %d: its deadline passed while the application's answer could not be "
+                            "saved (%s); settled with that answer, saved at the next write", job_id, order_id, exc)
+                self._do(answer, saved=False)
+        except (OrderRejected, ElasticError) as exc:
+            log.warning("job %d: order %d: the unsaved answer no longer applies (%s)", job_id, order_id, exc)
+            return False
+        self._taken_late[job_id] = said
+        log.info("job %d: order %d settled at its deadline with the application's unsaved answer", job_id, order_id)
+        self._answer_taken(job_id, order_id, answer)
+        return True
+
     def _order_settled(self, order_id: int) -> None:
+        self._unsaved_answers.pop(order_id, None)
         sent = self._order_sent_at.pop(order_id, None)
         if sent is not None and self.metrics is not None:
             self.metrics.order_seconds.observe(time.monotonic() - sent)
@@ -1127,12 +1248,25 @@ class Daemon:
         else:
             self.job_secrets[job_id] = secret
         if self.journal is not None:
-            self.journal.save_secret(job_id, secret)
+            self._dirty_secrets.add(job_id)
 
     def put_value(self, job_id: int, key: str, value: str) -> None:
-        self.job_values.setdefault(job_id, {})[key] = value
-        if self.journal is not None:
-            self.journal.save_value(job_id, key, value)
+        """Saved before it is acknowledged (another process of the job may `get` it after a
+        restart); StateWriteError, with the value as it was, when it cannot be."""
+        values = self.job_values.setdefault(job_id, {})
+        old = values.get(key)
+        values[key] = value
+        if self.journal is None:
+            return
+        self._dirty_values.add((job_id, key))
+        try:
+            self._commit()
+        except StateWriteError:
+            if old is None:
+                values.pop(key, None)
+            else:
+                values[key] = old
+            raise
 
     async def _launch(self, a: Launch) -> None:
         job = self.core.job(a.job_id)
@@ -1240,8 +1374,9 @@ class Daemon:
             handle.cancel()
         self._set_secret(job_id, None)
         self.app_links.pop(job_id, None)
+        self._taken_late.pop(job_id, None)
         if self.job_values.pop(job_id, None) is not None and self.journal is not None:
-            self.journal.save_value(job_id, None, None)
+            self._dirty_values.add((job_id, None))
         self._notify()
         self._schedule_soon()
 

@@ -33,6 +33,53 @@ class DamagedState(JournalError):
     code = "damaged_state"
 
 
+class StateDirFull(JournalError):
+    """The state directory's file system has no room for what the daemon must write. Not
+    damage: nothing is to be salvaged, and nothing is moved aside (a salvage on a full disk
+    would leave an empty journal in place of a good one)."""
+
+    code = "state_dir_full"
+
+
+# What a daemon writes before it can take a job: the journal's shared-memory index (32 KiB)
+# and first WAL pages, daemon.json, its log and the event log's start. Below this a start is
+# refused as a full disk, never attempted (SQLite then reports "disk I/O error", which reads
+# like damage).
+START_NEEDS = 256 << 10
+
+
+def free_bytes(state_dir: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on the state directory's file system."""
+    try:
+        st = os.statvfs(state_dir)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def full_message(state_dir: Path, free: int | None, what: str = "") -> str:
+    """The one way a full state directory is named, wherever it is met."""
+    has = "no free space" if not free else f"{free} bytes free"
+    return (f"state directory {state_dir} is full: {has}{what}. Nothing in it is damaged; free space on its "
+            "file system (or start with another --state-dir) and start again")
+
+
+def check_room(state_dir: Path, needs: int = START_NEEDS) -> None:
+    """Raise StateDirFull when a daemon could not write what a start needs."""
+    free = free_bytes(state_dir)
+    if free is not None and free < needs:
+        raise StateDirFull(full_message(state_dir, free, f" (a start needs {needs >> 10} KiB)"))
+
+
+def is_full_error(exc: BaseException) -> bool:
+    """Whether a failed write or read was the disk being full (SQLITE_FULL, ENOSPC, EDQUOT)."""
+    import errno
+
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def _had_jobs(state_dir: Path) -> str | None:
     """Evidence that jobs were here, in words, or None."""
     log = state_dir / LOG_FILE
@@ -47,7 +94,10 @@ def _had_jobs(state_dir: Path) -> str | None:
 
 
 def check(state_dir: Path) -> None:
-    """Raise DamagedState when the journal cannot be trusted but jobs were here."""
+    """Raise DamagedState when the journal cannot be trusted but jobs were here; StateDirFull
+    first when the disk is full: reading a WAL journal needs room for its index, and what
+    fails for want of room is not damage."""
+    check_room(state_dir)
     journal = state_dir / JOURNAL_FILE
     evidence = _had_jobs(state_dir)
     if evidence is None:
@@ -67,6 +117,9 @@ def check(state_dir: Path) -> None:
         finally:
             db.close()
     except sqlite3.Error as exc:
+        if is_full_error(exc):
+            raise StateDirFull(full_message(state_dir, free_bytes(state_dir), f" (reading {JOURNAL_FILE}: {exc})")) \
+                from None
         raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} is unreadable ({exc}).{how}") from None
     if ok is None or ok[0] != "ok":
         raise DamagedState(f"{state_dir}: its journal {JOURNAL_FILE} is damaged ({ok[0] if ok else 'no answer'}).{how}")
@@ -108,7 +161,14 @@ class Salvage:
 
 
 def salvage(state_dir: Path) -> Salvage:
-    """Rebuild journal.db from what can still be read, keeping the damaged files beside."""
+    """Rebuild journal.db from what can still be read, keeping the damaged files beside.
+
+    Nothing is moved aside until the rebuilt journal is complete (written beside, under
+    another name): a salvage that cannot write — a full disk above all — leaves the
+    directory as it found it and raises StateDirFull, never an empty journal in place of
+    the old one. A full disk is refused before anything is read: its journal is not
+    damaged, and its readable rows could not be written anew anyway."""
+    check_room(state_dir)
     out = Salvage()
     journal = state_dir / JOURNAL_FILE
     rows: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -117,13 +177,6 @@ def salvage(state_dir: Path) -> Salvage:
     meta: dict[str, str] = {}
     if journal.exists() and journal.stat().st_size > 0:
         rows, secrets, values, meta = _read_what_can_be_read(journal, out)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for suffix in ("", "-wal", "-shm"):
-        f = Path(str(journal) + suffix)
-        if f.exists():
-            dest = f.with_name(f"{f.name}.damaged-{stamp}")
-            f.rename(dest)
-            out.kept_as.append(dest.name)
     out.from_journal = sorted(rows)
     log_jobs, log_max = _from_log(state_dir, out)
     for jid, (spec, data) in log_jobs.items():
@@ -135,8 +188,29 @@ def salvage(state_dir: Path) -> Salvage:
     known = set(rows) | folders | set(range(1, log_max + 1)) if log_max else set(rows) | folders
     out.lost = sorted(known - set(rows))
     out.next_job_id = max([int(meta.get("next_job_id", "1")), *(j + 1 for j in known), 1])
-    _write(journal, rows, {j: s for j, s in secrets.items() if j in rows},
-           [v for v in values if v[0] in rows], {**meta, "next_job_id": str(out.next_job_id)})
+    rebuilt = journal.with_name(JOURNAL_FILE + ".salvage")
+    for f in (rebuilt, Path(f"{rebuilt}-wal"), Path(f"{rebuilt}-shm")):
+        f.unlink(missing_ok=True)  # a salvage interrupted before
+    try:
+        _write(rebuilt, rows, {j: s for j, s in secrets.items() if j in rows},
+               [v for v in values if v[0] in rows], {**meta, "next_job_id": str(out.next_job_id)})
+    except (sqlite3.Error, OSError) as exc:
+        for f in (rebuilt, Path(f"{rebuilt}-wal"), Path(f"{rebuilt}-shm")):
+            f.unlink(missing_ok=True)
+        if is_full_error(exc) or (free_bytes(state_dir) or 0) < START_NEEDS:
+            raise StateDirFull(full_message(state_dir, free_bytes(state_dir),
+                                            f" (writing the salvaged journal: {exc}); nothing was moved aside")) \
+                from None
+        raise JournalError(f"salvage: cannot write the rebuilt journal in {state_dir}: {exc}; nothing was moved "
+                           "aside") from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for suffix in ("", "-wal", "-shm"):
+        f = Path(str(journal) + suffix)
+        if f.exists():
+            dest = f.with_name(f"{f.name}.damaged-{stamp}")
+            f.rename(dest)
+            out.kept_as.append(dest.name)
+    rebuilt.rename(journal)  # checkpointed and closed by _write: one file, no WAL beside
     return out
 
 
@@ -203,7 +277,9 @@ def _write(journal: Path, rows: dict[int, tuple[str, dict[str, Any]]], secrets: 
     os.close(fd)
     db = sqlite3.connect(journal, isolation_level=None)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
+        # Written whole in one file (a rollback journal), then switched to WAL: it is renamed
+        # into place after, and a WAL beside it would not follow the rename.
+        db.execute("PRAGMA journal_mode=DELETE")
         db.executescript(_SCHEMA)
         db.execute("BEGIN")
         for jid, (spec, data) in sorted(rows.items()):
@@ -214,5 +290,9 @@ def _write(journal: Path, rows: dict[int, tuple[str, dict[str, Any]]], secrets: 
         db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                        {**meta, "schema": meta.get("schema", SCHEMA_VERSION)}.items())
         db.execute("COMMIT")
+        db.execute("PRAGMA journal_mode=WAL")
     finally:
         db.close()
+    wal = Path(f"{journal}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise OSError(f"{wal.name} was left after closing the rebuilt journal")

@@ -15,9 +15,13 @@ from elasticd.launch.base import expand_pattern
 UNREGISTERED_AFTER = 60.0
 
 
-def job_note(job: Job, now: float, first_pending: bool) -> str | None:
-    """The job's state in a word, as squeue's REASON column gives it."""
+def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False) -> str | None:
+    """The job's state in a word, as squeue's REASON column gives it. `disk_full`: no job
+    may start (the state directory is short of space or cannot be written), whatever else
+    a pending job waits for: idle nodes would otherwise read as a scheduler that hangs."""
     if job.state is JobState.PENDING:
+        if disk_full:
+            return "StateDiskFull"
         return "Resources" if first_pending else "Priority"
     if not job.state.holds_nodes:
         return None

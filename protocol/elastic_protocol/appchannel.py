@@ -30,6 +30,13 @@ APP_VERBS = {
     "get",          # get KEY             -> ok get KEY VALUE | error not_found
 }
 
+# The error code of a line the daemon could not save (its state directory is full or failing):
+# nothing was changed, and the same line may be sent again later; an answer to an order that
+# still cannot be saved at the order's deadline settles the order there (PROTOCOL.md).
+STATE_WRITE_FAILED = "state_write_failed"
+# Error codes after which the same line, sent again later, may be taken.
+RETRY_CODES = frozenset({STATE_WRITE_FAILED})
+
 # Messages the daemon may send.
 DAEMON_VERBS = {"ok", "error", "shrink", "grow", "hosts", "pong"}
 # The ones it sends unasked (every other line answers the application's last message).

@@ -187,6 +187,9 @@ class StatusInfo(BaseModel):
     # took back from it when it started (after a crash of the previous one).
     journal: str | None = None
     recovered_jobs: int = 0
+    # Why the state directory keeps jobs from starting (less than --min-free-space free) or
+    # changes from being saved (the last failed write), in words; None when all is well.
+    storage: str | None = None
     # The Slurm allocation, when it shrinks and grows (`--release-idle`, `--grow-allocation`):
     # its rules, companion allocations and node-seconds held, used and given back.
     allocation: dict[str, Any] | None = None

@@ -1,0 +1,237 @@
+"""A state directory on a file system that is full, as an operator meets it: real daemon
+processes on a real small tmpfs, driven by the real commands and the real client library.
+What must hold: a full disk is named as such, never taken for damage (and nothing is moved
+aside for it); an application's answer that cannot be saved is a typed error the library
+retries, and the order is never settled with hosts the application did not name; a cancel
+is carried out and says what it could not save; a stop says what it could not save; jobs
+that cannot start say why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from faults_support import cli, fill, kill9, start
+
+from conftest import RunningDaemon, of_job, wait_until, write_job
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def sleeper(folder: Path, name: str, seconds: float = 120, nodes: int = 1) -> Path:
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sleep", "{seconds}"]
+        nodes = {nodes}
+        time_limit = "5"
+        working_dir = "{folder}"
+        output = "/dev/null"
+    ''')
+
+
+def queue(state_dir: Path) -> dict[int, dict]:
+    r = cli(state_dir, "equeue", "--all", "--json")
+    assert r.returncode == 0, r.stderr
+    return {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}
+
+
+def status(state_dir: Path) -> dict:
+    r = cli(state_dir, "elasticd", "status", "--json")
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def fill_until_writes_fail(state: Path, work: Path, tiny: Path, nodes: int) -> tuple[Path, list[int]]:
+    """Fill the file system, then submit until the journal cannot take one more (a WAL may
+    still have room in pages it holds): from then on every decision fails to save. The jobs
+    acknowledged on the way take the whole cluster: they wait behind the test's own."""
+    filler = fill(tiny)
+    acked = []
+    for i in range(60):
+        r = cli(state, "esubmit", "--parsable", str(sleeper(work, f"fill{i}", nodes=nodes)))
+        if r.returncode != 0:
+            assert "state_write_failed" in r.stderr and str(state) in r.stderr, r.stderr
+            return filler, acked
+        acked.append(int(r.stdout))
+    raise AssertionError("the journal never stopped taking writes on a full file system")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_start_on_a_full_disk_says_the_disk_is_full_and_salvage_moves_nothing_aside(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+    done = d.submit(sleeper(work, "done", 0.1))
+    d.wait([done])
+    running = d.submit(sleeper(work, "running"))
+    d.wait_event(running, "launched")
+    for how in ("stop", "kill -9"):
+        if how == "stop":
+            r = cli(state, "elasticd", "stop")
+            assert r.returncode == 0, r.stderr
+        else:  # the daemon started again below, after the clean stop
+            running = d.submit(sleeper(work, "running-again"))
+            d.wait_event(running, "launched")
+            kill9(d)
+        filler = fill(tiny_fs)
+        journal = state / "journal.db"
+        before = {f.name: digest(f) for f in state.glob("journal.db*")}
+        for args in ((), ("--salvage",)):
+            r = cli(state, "elasticd", "start", "--local", "1", "--min-free-space", "1", *args)
+            assert r.returncode != 0
+            assert f"state directory {state} is full" in r.stderr, (how, args, r.stderr)
+            assert "unreadable" not in r.stderr and "damaged" not in r.stderr.replace("Nothing in it is damaged", "")
+            assert "--salvage" not in r.stderr, r.stderr  # no advice to treat a full disk as damage
+        # Nothing was moved aside or replaced: the journal is as the daemon left it.
+        assert {f.name: digest(f) for f in state.glob("journal.db*")} == before
+        assert not list(state.glob("*.damaged-*")) and journal.stat().st_size > 0
+        filler.unlink()
+        d = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+        jobs = queue(state)
+        if how == "kill -9":
+            assert jobs[running]["state"] == "RUNNING"  # taken back: its record was intact
+        assert d.submit(sleeper(work, "after", 0.1)) > running  # ids go on
+
+
+_APP = '''
+import os, pathlib, sys, time
+from elastic_apps import JobChannel, MalleableHandler, job_env
+here = pathlib.Path.cwd()
+env = job_env()
+(here / f"up-{env.host}").write_text(str(os.getpid()))
+if not env.is_leader:
+    while not (here / "finish").exists():
+        time.sleep(0.05)
+    sys.exit(0)
+job = JobChannel.connect(env)
+
+class H(MalleableHandler):
+    def pre_shrink(self, n):
+        (here / "asked").write_text(str(n))
+        while not (here / "go").exists():
+            time.sleep(0.05)
+        try:  # a value the daemon cannot save is an error, never an `ok` a restart forgets
+            job.put("address", "here")
+            (here / "put").write_text("ok")
+        except Exception as exc:
+            (here / "put").write_text(getattr(exc, "code", repr(exc)))
+        # The first hosts after the leader's: the daemon's own default takes the last ones.
+        return [h for h in job.hosts if h != env.host][:n]
+
+    def post_shrink(self, n, removed):
+        (here / "shrunk").write_text(",".join(removed))
+
+job.register(H())
+(here / "registered").touch()
+while not (here / "finish").exists():
+    time.sleep(0.05)
+job.disable()
+'''
+
+
+def test_an_answer_that_cannot_be_saved_is_retried_by_the_library_and_settles_on_the_hosts_it_named(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "app.py").write_text(_APP)
+    d = start(daemons, state, nodes=3, extra=["--min-free-space", "1", "--order-deadline", "6"])
+    jid = d.submit(write_job(work, "app", f'''
+        name = "app"
+        command = ["{sys.executable}", "app.py"]
+        nodes = {{ min = 1, max = 3 }}
+        kind = "malleable"
+        time_limit = "5"
+        working_dir = "{work}"
+        output = "out-%N.txt"
+    '''))
+    assert wait_until(lambda: (work / "registered").exists(), 20)
+    assert d.job(jid)["hosts"] == ["node1", "node2", "node3"]
+    pids = {h: int((work / f"up-{h}").read_text()) for h in ("node1", "node2", "node3")}
+    assert d.cli("elasticd", "resize", "--no-wait", str(jid), "2").returncode == 0
+    assert wait_until(lambda: (work / "asked").exists(), 20)
+    filler, _ = fill_until_writes_fail(state, work, tiny_fs, nodes=3)
+    (work / "go").touch()  # the handler gives up node2; its answer cannot be saved
+    # At the deadline the daemon settles the order with that answer, not with the last host.
+    info = d.wait_event(jid, "shrunk", timeout=30)
+    assert info["hosts"] == ["node1", "node3"], info["hosts"]
+    assert wait_until(lambda: (work / "shrunk").exists(), 20)  # the library's retry was taken: ok
+    assert (work / "shrunk").read_text() == "node2"
+    assert (work / "put").read_text() == "state_write_failed"
+    assert psutil.pid_exists(pids["node3"]) and psutil.Process(pids["node3"]).status() != psutil.STATUS_ZOMBIE
+    assert wait_until(lambda: not psutil.pid_exists(pids["node2"])
+                      or psutil.Process(pids["node2"]).status() == psutil.STATUS_ZOMBIE, 20)
+    out = (work / "out-node1.txt").read_text()
+    assert "Traceback" not in out and "state_write_failed" in out, out  # said once, as a warning
+    assert status(state)["storage"] is not None  # still full: nothing claims otherwise
+    filler.unlink()
+    assert wait_until(lambda: status(state)["storage"] is None, 30)  # saved once there is room
+    assert "internal error" not in (state / "daemon.log").read_text()
+    kill9(d)
+    d = start(daemons, state, nodes=3, extra=["--min-free-space", "1"])
+    assert d.job(jid)["hosts"] == ["node1", "node3"]  # what was settled was saved
+    (work / "finish").touch()
+    d.wait([jid], timeout=30)
+
+
+def test_a_cancel_on_a_full_disk_ends_the_job_and_says_what_could_not_be_saved(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=1, extra=["--min-free-space", "1", "--schedule-interval", "0.5"])
+    hog = d.submit(sleeper(work, "hog"))
+    d.wait_event(hog, "launched")
+    waiting = d.submit(sleeper(work, "waiting", 0.1))
+    filler, acked = fill_until_writes_fail(state, work, tiny_fs, nodes=1)
+    # Pending on an idle node would say nothing; they say why.
+    r = cli(state, "ecancel", str(hog))
+    assert r.returncode == 1
+    assert f"job {hog} is cancelled, but the cancel could not be saved" in r.stderr, r.stderr
+    assert "database or disk is full" in r.stderr and "NODE_FAIL" in r.stderr
+    assert queue(state)[hog]["state"] == "CANCELLED"
+    assert wait_until(lambda: not [p for p in psutil.process_iter(["environ"])
+                                   if of_job(p.info["environ"] or {}, state, hog)], 20)
+    jobs = queue(state)
+    assert jobs[waiting]["state"] == "PENDING" and jobs[waiting]["note"] == "StateDiskFull"
+    text = cli(state, "equeue")
+    assert "(StateDiskFull)" in text.stdout, text.stdout
+    st = cli(state, "elasticd", "status")
+    assert "short of space" in st.stdout and "the last write failed" in st.stdout, st.stdout
+    filler.unlink()
+    d.wait([waiting], timeout=30)  # room again: saved, and the queue moves
+    assert status(state)["storage"] is None
+    assert "writable again" in (state / "daemon.log").read_text()
+    kill9(d)
+    start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+    assert queue(state)[hog]["state"] == "CANCELLED"  # the cancel was saved once it could be
+    assert set(acked) <= set(queue(state))
+
+
+def test_a_stop_on_a_full_disk_says_which_final_states_it_could_not_save(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d: RunningDaemon = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+    job = d.submit(sleeper(work, "long"))
+    d.wait_event(job, "launched")
+    filler, _ = fill_until_writes_fail(state, work, tiny_fs, nodes=1)
+    r = cli(state, "elasticd", "stop")
+    assert r.returncode == 1
+    assert "elasticd stopped" in r.stdout
+    assert f"could not save the final state of job(s) {job}" in r.stderr, r.stderr
+    assert "NODE_FAIL" in r.stderr and "database or disk is full" in r.stderr
+    assert not psutil.pid_exists(d.record.pid) or psutil.Process(d.record.pid).status() == psutil.STATUS_ZOMBIE
+    filler.unlink()
+    start(daemons, state, nodes=1)
+    assert queue(state)[job]["state"] == "NODE_FAIL"  # what the stop said a restart would show
