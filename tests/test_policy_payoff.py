@@ -135,3 +135,27 @@ def test_a_wait_is_priced_against_the_run_a_limit_allows_not_the_limit_itself() 
     wide = running(1, 12, pref=12, lo=4, limit=36000.0)
     short = waiting(2, 1, limit=86400.0)
     assert Payoff().decide(snap(0, (short,), (rigid, wide))) == [Shrink(1, 1)]
+
+
+def test_the_easy_pass_inside_payoff_hands_over_its_starts_the_queue_past_them_and_the_ends_it_sorted() -> None:
+    """Payoff reads the jobs the EASY pass started (to widen the malleable ones), the first
+    jobs still waiting (to make room for) and the running jobs' ends the pass sorted for the
+    head's reservation (for reservations of its own), instead of working them out again."""
+    from elasticd.policies.easy import easy_pass
+
+    def rigid(job_id: int, size: int, ends_in: float) -> RunningView:
+        return RunningView(job_id=job_id, kind=R, size=size, min_nodes=size, max_nodes=size, preferred=size,
+                           start_time=NOW, time_limit=ends_in, malleable_ready=False, last_resize=None, ending=False)
+
+    first = waiting(1, 1, limit=20.0)  # fits: started before the head, ends at NOW + 20
+    head = waiting(2, 6)  # blocked: its reservation is NOW + 50 (3 idle, 1 back at +20, 2 at +50)
+    short = waiting(3, 2, limit=30.0)  # backfilled: ends before the reservation
+    wide = waiting(4, 8)
+    long = waiting(5, 1, limit=3600.0)  # would delay the head: no node is spare at +50
+    pair = waiting(6, 2, limit=10.0)  # one node left: does not fit
+    brief = waiting(7, 1, limit=10.0)  # backfilled on the last one
+    s = snap(4, (first, head, short, wide, long, pair, brief), (rigid(8, 4, 100.0), rigid(9, 2, 50.0)), total=10)
+    res = easy_pass(s)
+    assert [d.job_id for d in res.starts] == [1, 3, 7] == [v.job_id for v in res.started()]
+    assert res.first_waiting(3) == [head, wide, long] and res.waiting == [head, wide, long, pair]
+    assert res.running_ends() == [(NOW + 50.0, 2), (NOW + 100.0, 4)]  # without the job started at the head's turn

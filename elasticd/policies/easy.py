@@ -13,6 +13,7 @@ started with: `easy_pass` takes that rule as a function.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 
@@ -68,7 +69,7 @@ class EasyResult:
     `extra`) is computed only when something needs it: a later job that fits in the idle
     nodes, or a caller reading `extra`; `waiting` is listed only when read."""
 
-    __slots__ = ("_extra", "_head", "_pending", "_reservation", "_skip", "backfilled", "free", "starts")
+    __slots__ = ("_ends", "_extra", "_head", "_pending", "_reservation", "_skip", "backfilled", "free", "starts")
 
     def __init__(self, starts: list[Start], free: int, extra: int | None, pending: tuple[PendingView, ...] = (),
                  head: int = 0, skip: list[int] | None = None) -> None:
@@ -81,6 +82,9 @@ class EasyResult:
         self._skip = skip
         self.backfilled = 0 if skip is None else len(skip)  # jobs started past the blocked head
         self._reservation: tuple[float, int, int, tuple[RunningView, ...], list[tuple[float, int]]] | None = None
+        # (every (end, nodes) the reservation was worked out over, sorted; those of the jobs
+        # started here), if the pass worked it out over the running jobs.
+        self._ends: tuple[list[tuple[float, int]], list[tuple[float, int]]] | None = None
 
     @property
     def extra(self) -> int:
@@ -95,19 +99,46 @@ class EasyResult:
         """The jobs not started, in queue order."""
         return self.first_waiting(len(self._pending))
 
+    def started(self) -> list[PendingView]:
+        """The jobs started, in the order of `starts` (a caller sizing jobs its own way
+        reads them here instead of recording them in its sizer, which EASY calls for every
+        job that fits)."""
+        head = list(self._pending[: self._head])
+        if self._skip:
+            pending = self._pending
+            head.extend(pending[k] for k in self._skip)
+        return head
+
+    def running_ends(self) -> list[tuple[float, int]] | None:
+        """(end, nodes coming back) of the running jobs not being ended, sorted, if the pass
+        sorted them for the head's reservation (None if it did not): a caller working out
+        reservations of its own need not sort them again."""
+        if self._ends is None:
+            return None
+        ends, started = self._ends
+        out = list(ends)
+        for pair in started:  # the jobs started here were sorted in with them: taken out
+            k = bisect.bisect_left(out, pair)
+            if k == len(out) or out[k] != pair:
+                return None  # (a NaN limit does not sort)
+            del out[k]
+        return out
+
     def first_waiting(self, count: int) -> list[PendingView]:
         """The first `count` jobs not started, in queue order (a policy that looks only so
         deep into a queue of 100,000 need not list it all)."""
         pending, skip, head = self._pending, self._skip, self._head
         if not skip:
             return list(pending[head : head + count])
-        started = set(skip)
+        # The runs between the started jobs (skip is in queue order), as slices.
         out: list[PendingView] = []
-        for k in range(head, len(pending)):
-            if k not in started:
-                out.append(pending[k])
-                if len(out) == count:
-                    break
+        k = head
+        for s in skip:
+            out.extend(pending[k : min(s, k + count - len(out))])
+            if len(out) == count:
+                return out
+            k = s + 1
+        out.extend(pending[k : k + count - len(out)])
         return out
 
 
@@ -138,13 +169,14 @@ def easy_pass(
         free -= n
         i += 1
     if i == count:
-        return EasyResult(starts, free, free)
+        return EasyResult(starts, free, free, pending, i)
     if free <= 0:  # nothing else can start, and no node is spare: the reservation is moot
         return EasyResult(starts, free, 0, pending, i)
     available = free + snap.incoming_nodes
     head_need = need(pending[i])
     running = snap.running
     skip: list[int] = []
+    ends: list[tuple[float, int]] | None = None
     shadow = -inf
     extra = 0
     known = False
@@ -155,7 +187,12 @@ def easy_pass(
         if free < need(job):
             continue
         if not known:  # the head's reservation, when a later job first could use it
-            shadow, extra = shadow_of(now, available, head_need, running, started)
+            if available >= head_need:
+                shadow, extra = now, available - head_need
+            else:  # shadow_of, keeping the (end, nodes) it sorts for the caller
+                ends = [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending]
+                ends.extend(started)
+                shadow, extra = _reservation(now, available, head_need, ends)
             known = True
         n = size(job, free)
         limit = None if n is None else limit_at(job, n)
@@ -172,6 +209,8 @@ def easy_pass(
     res = EasyResult(starts, free, min(free, extra) if known else None, pending, i, skip)
     if not known:
         res._reservation = (now, available, head_need, running, started)
+    elif ends is not None:
+        res._ends = (ends, started)
     return res
 
 
