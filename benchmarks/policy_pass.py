@@ -14,7 +14,8 @@ backfilled around it), half malleable by the MEBF rule (min n/2, preferred n, ma
 evolving (half of those with a declared 2-4 step evolution), 1 % without a time limit.
 The same scene is also measured with no idle node at all (a full machine: the malleable
 policies shrink, SD-Policy looks for mates). The pass is timed --repeat times on the same
-snapshot (policies are pure: it does not change), and the median is reported. Times are
+snapshot (policies are pure: it does not change), and the median is reported; the first
+pass, on views the policy never saw, is shown beside it (`1st ms`). Times are
 this process's CPU time (time.process_time), so that other load on the machine does not
 inflate them; on an idle machine wall time is the same to within noise.
 
@@ -102,7 +103,11 @@ def scene(pending_count: int, seed: int, idle: int = 100) -> Snapshot:
     return Snapshot(NOW, NODES, NODES - used, tuple(pending), tuple(running), 0)
 
 
-def time_pass(name: str, snap: Snapshot, repeat: int) -> tuple[float, int]:
+def time_pass(name: str, snap: Snapshot, repeat: int) -> tuple[float, int, float]:
+    """(median ms, decisions, first pass's ms). The median is a pass whose views the policy
+    has seen before, as in the daemon and the simulator, where the core keeps a job's view
+    until the job changes (payoff and SD-Policy keep per-view facts); the first pass of a
+    fresh policy on views it never saw is the cold case."""
     policy = make_policy(name)
     times = []
     decisions = 0
@@ -111,7 +116,7 @@ def time_pass(name: str, snap: Snapshot, repeat: int) -> tuple[float, int]:
         out = policy.decide(snap)
         times.append((time.process_time() - t0) * 1000)
         decisions = len(out)
-    return statistics.median(times), decisions
+    return statistics.median(times), decisions, times[0]
 
 
 def target_of(name: str) -> float | None:
@@ -132,17 +137,19 @@ def main() -> int:
     print(f"one pass: {NODES} nodes, {RUNNING} running, {len(busy.pending)} queued; "
           f"{busy.free_nodes} idle (backfilling) or none (a full machine: shrinks, mates); "
           f"median of {args.repeat}")
-    print(f"{'policy':<27}{'ms':>8}{'dec.':>6}{'ms full':>9}{'dec.':>6}  target")
+    print(f"{'policy':<27}{'ms':>8}{'dec.':>6}{'ms full':>9}{'dec.':>6}{'1st ms':>8}  target")
     ok = True
     summary = []
+    cold: dict[str, float] = {}
     for name in names:
-        ms, n = time_pass(name, busy, args.repeat)
-        ms_full, n_full = time_pass(name, full, args.repeat)
+        ms, n, first = time_pass(name, busy, args.repeat)
+        ms_full, n_full, first_full = time_pass(name, full, args.repeat)
         worst = max(ms, ms_full)
+        cold[name] = max(first, first_full)
         target = target_of(name)
         verdict = "" if target is None else ("OK" if worst <= target else "ABOVE TARGET")
         ok &= verdict != "ABOVE TARGET"
-        print(f"{name:<27}{ms:>8.1f}{n:>6}{ms_full:>9.1f}{n_full:>6}  "
+        print(f"{name:<27}{ms:>8.1f}{n:>6}{ms_full:>9.1f}{n_full:>6}{cold[name]:>8.1f}  "
               f"{'' if target is None else f'<= {target:.0f} ms  {verdict}'}")
         summary.append((name, worst, target, verdict))
 
@@ -168,6 +175,8 @@ def main() -> int:
             ok &= verdict == "OK"
             print(f"pass {name} / pass easy (slower scene of each): {worst[name]:.2f} / {worst['easy']:.2f} ms "
                   f"= {ratio:.1f}x  [target <= {factor:g}x]  {verdict}")
+            print(f"  first pass of a fresh policy (views never seen, informational): {cold[name]:.2f} / "
+                  f"{cold['easy']:.2f} ms = {cold[name] / cold['easy']:.1f}x")
     return 0 if ok else 1
 
 
