@@ -29,6 +29,8 @@ from elasticd.policies.base import (
     Start,
 )
 from elasticd.policies.predict import end_at
+from elasticd.policies.profile import profile_of
+from elasticd.policies.sd import SdPolicy
 
 M = JobKind.MALLEABLE
 
@@ -195,3 +197,21 @@ def test_a_running_jobs_predicted_end_ranked_without_a_copy_is_work_progress_end
                     seen += 1
                     assert repr(end_at(p, now)) == repr(p.clone().end_time(now))
     assert seen == 3 * 2 * 3 * 6
+
+
+def test_sd_builds_the_same_map_as_profile_of_from_the_releases_it_keeps_per_view() -> None:
+    # SD keeps each running job's release between passes and clamps nothing itself: the map
+    # must still be the snapshot's, whatever the jobs' states, also at a later time with the
+    # same views (a job past its limit comes back "now", which moved).
+    running = (
+        mate(1, 4),  # back at 1000
+        replace(mate(2, 3, limit=50.0), limit_end=50.0),  # past its limit: back now
+        replace(mate(3, 2), ending=True),  # being ended: counted as incoming, not released
+        replace(mate(4, 4, limit=700.0), shrinking=1),  # 3 back at 700, 1 incoming
+        replace(mate(5, 2), time_limit=None),  # unlimited: never back
+        mate(6, 1, limit=700.0),  # merged with job 4's release
+    )
+    policy = SdPolicy()
+    for now, free, incoming in ((100.0, 0, 3), (100.0, 2, 3), (400.0, 1, 3), (1000.0, 1, 0)):
+        snap = Snapshot(now, 20, free, (), running, incoming)
+        assert policy._map(snap).segments() == profile_of(snap).segments()

@@ -82,7 +82,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from elastic_protocol.jobspec import JobKind
 from elastic_protocol.models import WorkProgress
@@ -99,7 +99,7 @@ from elasticd.policies.base import (
 )
 from elasticd.policies.conservative import place_request
 from elasticd.policies.predict import PendingPrediction, RunningPrediction, end_at, replay
-from elasticd.policies.profile import FreeProfile, profile_of, queue_entries
+from elasticd.policies.profile import FreeProfile, queue_entries, running_releases
 
 
 class _Mate:
@@ -123,11 +123,28 @@ class _Mate:
         return self._pred.end_if_lent(k, until)
 
 
-# What a pass reads of a running job's view that does not depend on the time, kept while
-# the core hands over the same view (it builds a new one when the job changes):
-# (view, nodes it may lend if resizable now, its last resize, replayed progress (None: no
-# prediction or no limit, never a mate), submitted, time limit, largest size it has had).
-_RunInfo = tuple[RunningView, int, float | None, WorkProgress | None, float, float, int]
+class _RunInfo(NamedTuple):
+    """What a pass reads of a running job's view that does not depend on the time, kept
+    while the core hands over the same view (it builds a new one when the job changes)."""
+
+    view: RunningView
+    lend: int  # the most nodes it may lend if resizable now; -1: not resizable as it stands
+    last_resize: float | None
+    replayed: WorkProgress | None  # its progress; None: no prediction, or never a mate as it stands
+    submitted: float
+    limit: float  # its time limit (inf: none)
+    before: int  # the largest size it has had
+    release: list[tuple[float, int]]  # `running_releases` of it alone, not yet clamped to now
+
+
+class _Running(NamedTuple):
+    """The running jobs of one snapshot's tuple of views, by what does not depend on the time."""
+
+    views: tuple[RunningView, ...]  # held: while it is, its id is its own
+    mates: list[_RunInfo]  # possible mates (the slowdown cut and the resize interval only remove)
+    lenders: list[_RunInfo]  # possible lenders
+    lend_bound: int  # the most nodes any max_mates possible mates could lend
+    releases: list[tuple[float, int]]  # when their nodes come back, unclamped
 
 
 class _Search(Protocol):
@@ -245,11 +262,10 @@ class SdPolicy:
         self.max_job_test = max_job_test
         self.min_resize_interval = min_resize_interval
         self.look_ahead = look_ahead
-        # Running jobs' time-free facts, per view (see _RunInfo), and those of the last
-        # snapshot's tuple of views (the core hands over the same tuple until a job changes):
-        # (that tuple, possible mates, possible lenders, the most nodes mates could lend).
+        # Running jobs' time-free facts, per view, and those of the last snapshot's tuple
+        # of views (the core hands over the same tuple until a job changes).
         self._run_info: dict[int, _RunInfo] = {}
-        self._run_last: tuple[tuple[RunningView, ...], list[_RunInfo], list[_RunInfo], int] | None = None
+        self._run_last: _Running | None = None
         # Jobs whose mates were shrunk for them: job id -> the size they start on once the
         # lent nodes are back. Shrinks take effect after the pass (the application answers),
         # so the start comes on a later pass; without this memory that pass would weigh the
@@ -279,8 +295,8 @@ class SdPolicy:
             # Nothing waits (a third of the passes on a busy trace): at most nodes go back to
             # lenders, and the map is only needed when some job can take them.
             lenders = self._lenders(snap) if free > 0 else []
-            return self._give_back(now, profile_of(snap), free, lenders) if lenders else []
-        prof = profile_of(snap)
+            return self._give_back(now, self._map(snap), free, lenders) if lenders else []
+        prof = self._map(snap)
         # Mates are looked for only while a malleable job is still to come.
         last_malleable = len(entries) - 1
         while last_malleable >= 0 and (
@@ -412,16 +428,19 @@ class SdPolicy:
             # Until they are ranked, the widest any mates could lend: what every running
             # job that may ever lend lends, whatever its slowdown. Wider than `widest`, so it
             # skips fewer jobs, but every job it skips, `widest` would have skipped too.
-            widest = self._running(snap.running)[2]
-        # The map does not change during this walk: min_free(now, t) read off one list.
-        starts, fewest = prof.fewest_from_now()
+            widest = self._running(snap.running).lend_bound
+        # The map does not change during this walk: min_free(now, t) read off one list, made
+        # when a job first gets past its minimum's test (often none does).
+        starts: list[float] = []
+        fewest: list[int] = []
         first_after = bisect.bisect_left
         past_mates: dict[float, int] = {}
+        now_free = prof.free_at_now()
         # Nobody can start on more than the map leaves now.
-        start_cap = min(free, fewest[0])
+        start_cap = min(free, now_free)
         # Nor on more of its own nodes than that and `cap`, nor with mates on more than
         # that and the widest lenders: a job whose minimum is above cannot act.
-        reach_cap = max(0, min(cap, fewest[0])) + widest
+        reach_cap = max(0, min(cap, now_free)) + widest
         # A job whose minimum is above both cannot act at all (its planned size is no less).
         hopeless = max(start_cap, reach_cap)
 
@@ -438,8 +457,11 @@ class SdPolicy:
                 r: RunningView = e  # type: ignore[assignment]
                 if k >= last_planned:
                     return end, mates  # the walk stops at an unplanned request
-                if r.requested <= free and free_until(r.estimated_end) >= r.requested:
-                    return k, mates
+                if r.requested <= free:
+                    if not starts:
+                        starts, fewest = prof.fewest_from_now()
+                    if free_until(r.estimated_end) >= r.requested:
+                        return k, mates
                 continue
             t = traits.get(e.job_id)  # type: ignore[attr-defined]  # `_traits_for`, inline
             if t is None or t[0] is not e:
@@ -447,6 +469,8 @@ class SdPolicy:
             if t[3] > hopeless and k < last_planned and not promised:
                 continue  # most of a deep queue: passed without reading the map
             job, need, limit, least, pref, pp = t
+            if not starts:
+                starts, fewest = prof.fewest_from_now()
             # The fewest nodes the map holds over the job's limit.
             j = first_after(starts, now + limit) - 1
             for_limit = fewest[max(0, j)]
@@ -467,7 +491,7 @@ class SdPolicy:
                     widest = mates.widest(self.mate_candidates, self.max_mates)
                     latest_end, latest_limit = mates.latest(self.mate_candidates)
                     after_mates = max(latest_limit, now)
-                reach_cap = max(0, min(cap, fewest[0])) + widest
+                reach_cap = max(0, min(cap, now_free)) + widest
                 hopeless = max(start_cap, reach_cap)
             if least > reach_cap:
                 continue
@@ -890,7 +914,7 @@ class SdPolicy:
         dynamic = self.dynamic_max_slowdown
         # Only the dynamic cut-off needs every running job's predicted slowdown.
         preds: list[tuple[RunningView, WorkProgress, float, float, int]] = []
-        for r, lend, last_resize, replayed, submitted, limit, _ in self._running(snap.running)[0]:
+        for r, lend, last_resize, replayed, submitted, limit, _, _ in self._running(snap.running).mates:
             if lend >= 1 and last_resize is not None and now - last_resize < interval:
                 lend = 0  # resized too recently (`resizable`'s time test)
             if lend < 1 and not dynamic:
@@ -910,46 +934,51 @@ class SdPolicy:
         out.sort(key=lambda m: (m.base, m.job.job_id))
         return _Mates(out, cutoff)
 
-    def _running(self, running: tuple[RunningView, ...]) -> tuple[list[_RunInfo], list[_RunInfo], int]:
-        """(possible mates, possible lenders, the most nodes any `max_mates` of the possible
-        mates could lend) among the running jobs, by what does not depend on the time
-        (the slowdown cut and the resize interval only remove mates). Kept while the
-        snapshot's tuple of views is the same one (a pass asks for mates and lenders), each
-        view's facts while the view is: a job's history is replayed once per view, not
-        on every pass."""
+    def _running(self, running: tuple[RunningView, ...]) -> _Running:
+        """The running jobs' time-free facts: kept while the snapshot's tuple of views is the
+        same one (a pass asks more than once), each view's while the view is: a job's
+        history is replayed once per view, not on every pass."""
         last = self._run_last
-        if last is not None and last[0] is running:
-            return last[1], last[2], last[3]
+        if last is not None and last.views is running:
+            return last
         cache = self._run_info
         if len(cache) > 2 * len(running) + 64:  # bounded at O(running), now and then
             cache = self._run_info = {id(r): cache[id(r)] for r in running if id(r) in cache and cache[id(r)][0] is r}
         mates: list[_RunInfo] = []
         lenders: list[_RunInfo] = []
+        releases: list[tuple[float, int]] = []
         dynamic = self.dynamic_max_slowdown
         for r in running:
             info = cache.get(id(r))
-            if info is None or info[0] is not r:
+            if info is None or info.view is not r:
                 info = cache[id(r)] = self._run_info_of(r)
-            if info[3] is not None and (info[1] >= 1 or dynamic):
+            if info.replayed is not None and (info.lend >= 1 or dynamic):
                 mates.append(info)
-            if r.size < info[6] and info[1] >= 0:
+            if r.size < info.before and info.lend >= 0:
                 lenders.append(info)
-        lends = sorted((info[1] for info in mates if info[1] >= 1), reverse=True)
-        bound = sum(lends[: self.max_mates])
-        self._run_last = (running, mates, lenders, bound)  # holding the tuple: its id stays its own
-        return mates, lenders, bound
+            if info.release:
+                releases += info.release
+        lends = sorted((info.lend for info in mates if info.lend >= 1), reverse=True)
+        self._run_last = _Running(running, mates, lenders, sum(lends[: self.max_mates]), releases)
+        return self._run_last
 
     def _run_info_of(self, r: RunningView) -> _RunInfo:
-        """`_RunInfo` of a view. The lend is -1 when the job can never be resized as this
-        view stands (`resizable` but its time test), else its most nodes to lend if it can."""
         lend = -1
         if r.kind is JobKind.MALLEABLE and r.malleable_ready and not r.resizing and not r.ending:
             lend = min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
         replayed = None
-        if r.time_limit is not None and not r.ending:
-            replayed = replay(r)
+        if r.time_limit is not None and not r.ending and (lend >= 1 or self.dynamic_max_slowdown):
+            replayed = replay(r)  # only a possible mate's (every job's for the dynamic cut-off)
         limit = math.inf if r.time_limit is None else r.time_limit
-        return (r, lend, r.last_resize, replayed, _submitted(r), limit, _before_lending(r))
+        # Clamped to -inf, that is not at all: the map clamps every release to its own now.
+        release = running_releases((r,), -math.inf)
+        return _RunInfo(r, lend, r.last_resize, replayed, _submitted(r), limit, _before_lending(r), release)
+
+    def _map(self, snap: Snapshot) -> FreeProfile:
+        """`profile_of(snap)`, with each running job's release read once per view: the same
+        map (FreeProfile clamps releases to its now itself), built on every pass."""
+        releases = self._running(snap.running).releases
+        return FreeProfile(snap.now, snap.free_nodes + snap.incoming_nodes, releases)
 
     # ---- nodes back to the jobs that lent them ----------------------------------------------
     def _lenders(self, snap: Snapshot) -> list[tuple[RunningView, int]]:
@@ -958,7 +987,7 @@ class SdPolicy:
         interval = self.min_resize_interval
         return [
             (r, before)
-            for r, _, last_resize, _, _, _, before in self._running(snap.running)[1]
+            for r, _, last_resize, _, _, _, before, _ in self._running(snap.running).lenders
             if last_resize is None or now - last_resize >= interval
         ]
 
