@@ -447,6 +447,10 @@ class Daemon:
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
+            if self.write_error is not None:
+                # After a failed write, one that reaches the disk is the only proof it takes
+                # writes again (there may be nothing else to save).
+                j.save_meta({"last_write_check": repr(self.now())})
             for jid in sorted(self._dirty_secrets):
                 j.save_secret(jid, self.job_secrets.get(jid))
             for jid, key in sorted(self._dirty_values, key=lambda k: (k[0], k[1] is not None, k[1] or "")):
@@ -468,8 +472,8 @@ class Daemon:
         if self.write_error is not None and wrote and flushed:
             # Only a write that reached the disk says so (a commit with nothing to write
             # proves nothing while the disk is still full).
-            log.warning("state directory writable again: %d job change(s) held in memory saved; journal up to date",
-                        len(changed))
+            log.warning("state directory writable again%s; journal up to date",
+                        f": {len(changed)} job change(s) held in memory saved" if changed else "")
             self.write_error = None
 
     def _write_failed(self, exc: StateWriteError) -> None:

@@ -156,6 +156,8 @@ def test_an_answer_that_cannot_be_saved_is_retried_by_the_library_and_settles_on
     '''))
     assert wait_until(lambda: (work / "registered").exists(), 20)
     assert d.job(jid)["hosts"] == ["node1", "node2", "node3"]
+    up = [work / f"up-{h}" for h in ("node1", "node2", "node3")]
+    assert wait_until(lambda: all(f.exists() and f.read_text() for f in up), 20)
     pids = {h: int((work / f"up-{h}").read_text()) for h in ("node1", "node2", "node3")}
     assert d.cli("elasticd", "resize", "--no-wait", str(jid), "2").returncode == 0
     assert wait_until(lambda: (work / "asked").exists(), 20)
@@ -164,7 +166,8 @@ def test_an_answer_that_cannot_be_saved_is_retried_by_the_library_and_settles_on
     # At the deadline the daemon settles the order with that answer, not with the last host.
     info = d.wait_event(jid, "shrunk", timeout=30)
     assert info["hosts"] == ["node1", "node3"], info["hosts"]
-    assert wait_until(lambda: (work / "shrunk").exists(), 20)  # the library's retry was taken: ok
+    shrunk = work / "shrunk"
+    assert wait_until(lambda: shrunk.exists() and shrunk.read_text() != "", 20)  # the retry was taken: ok
     assert (work / "shrunk").read_text() == "node2"
     assert (work / "put").read_text() == "state_write_failed"
     assert psutil.pid_exists(pids["node3"]) and psutil.Process(pids["node3"]).status() != psutil.STATUS_ZOMBIE
@@ -235,3 +238,21 @@ def test_a_stop_on_a_full_disk_says_which_final_states_it_could_not_save(
     filler.unlink()
     start(daemons, state, nodes=1)
     assert queue(state)[job]["state"] == "NODE_FAIL"  # what the stop said a restart would show
+
+
+def test_a_failed_write_is_shown_until_a_write_reaches_the_disk_even_with_nothing_else_to_save(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=1, extra=["--min-free-space", "1", "--schedule-interval", "0.5"])
+    job = d.submit(sleeper(work, "steady"))
+    d.wait_event(job, "launched")
+    filler, _ = fill_until_writes_fail(state, work, tiny_fs, nodes=1)
+    for _ in range(6):  # passes and empty commits run meanwhile: none may claim the disk is back
+        assert "the last write failed" in (status(state)["storage"] or "")
+        psutil.time.sleep(0.5)
+    filler.unlink()
+    # Nothing changed meanwhile, so only a write that reaches the disk can clear it.
+    assert wait_until(lambda: status(state)["storage"] is None, 20), status(state)["storage"]
+    assert "state directory writable again; journal up to date" in (state / "daemon.log").read_text()
