@@ -1194,7 +1194,7 @@ class Daemon:
                 log.warning("job %d: order %d: its deadline passed while the application's answer could not be "
                             "saved (%s); settled with that answer, saved at the next write", job_id, order_id, exc)
                 self._do(answer, saved=False)
-        except (OrderRejected, ElasticError) as exc:
+        except ElasticError as exc:  # refused by the core now (the job ended, say): the default applies
             log.warning("job %d: order %d: the unsaved answer no longer applies (%s)", job_id, order_id, exc)
             return False
         self._taken_late[job_id] = said
