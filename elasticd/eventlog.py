@@ -67,6 +67,12 @@ class EventLogWriter:
         self._buffer.append(_line({"seq": self._seq, "event": event_to_dict(event),
                                    "actions": [action_to_dict(a) for a in actions]}))
 
+    def withdraw(self) -> None:
+        """Drop the record `add` just buffered (not yet written): its decision was rolled
+        back, so it never happened."""
+        self._buffer.pop()
+        self._seq -= 1
+
     @property
     def pending(self) -> int:
         return len(self._buffer)

@@ -106,6 +106,18 @@ async def test_a_burst_of_submissions_costs_one_policy_pass(tmp_path: Path) -> N
         assert {req.job_id for req in launcher.launches} == set(ids[:2])
 
 
+async def test_an_acknowledged_submission_is_in_the_event_log_before_the_next_turn_of_the_loop(
+        tmp_path: Path) -> None:
+    """The journal holds a submission once it is acknowledged; its log record was written
+    only with the next commit (the pass a loop turn later), so a kill -9 in between left a
+    job in the journal that the log never saw, and replay stopped at it after the restart."""
+    async with inprocess_daemon(tmp_path / "state", nodes=2) as (d, _clock, _launcher):
+        await settle()
+        jid = d.submit(spec("j", 1, limit="10"))  # acknowledged: no await since, no pass yet
+        records = [r for s in read_log(tmp_path / "state" / LOG_FILE) for r in s.records]
+        assert [r["event"]["job_id"] for r in records if r["event"]["type"] == "Submitted"] == [jid]
+
+
 async def test_the_periodic_pass_follows_the_clock_and_the_log_replays(tmp_path: Path) -> None:
     state = tmp_path / "state"
     async with inprocess_daemon(state, nodes=2, schedule_interval=5.0) as (d, clock, launcher):

@@ -993,6 +993,7 @@ class Daemon:
         if tx:
             self.core.begin()
         new_secrets: list[int] = []
+        logged = False
         try:
             actions = self.core.handle(event)
             for a in actions:
@@ -1000,6 +1001,13 @@ class Daemon:
                     # Made (and saved) before the processes exist: they reconnect with it later.
                     self._set_secret(a.job_id, secrets.token_hex(16))
                     new_secrets.append(a.job_id)
+            if self.event_log is not None:
+                # Buffered before the commit, which writes it right after the journal: a
+                # decision with nothing to carry out (a submission) was logged only at the
+                # next commit, and a kill -9 before it left the journal holding a job the
+                # log never saw (replay stopped at it).
+                self.event_log.add(event, actions)
+                logged = True
             if tx:
                 self._commit()
         except BaseException:
@@ -1007,11 +1015,11 @@ class Daemon:
                 self.core.rollback()
                 for jid in new_secrets:
                     self.job_secrets.pop(jid, None)
+                if logged and self.event_log is not None:
+                    self.event_log.withdraw()
             raise
         if tx:
             self.core.commit()
-        if self.event_log is not None:
-            self.event_log.add(event, actions)
         self._execute(actions)
         self._tell_apps(event)
 
