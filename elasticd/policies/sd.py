@@ -100,6 +100,7 @@ from elasticd.policies.base import (
 from elasticd.policies.conservative import place_request
 from elasticd.policies.predict import PendingPrediction, RunningPrediction, end_at, replay
 from elasticd.policies.profile import FreeProfile, queue_entries, running_releases
+from elasticd.policies.threestep import resizable
 
 
 class _Mate:
@@ -964,7 +965,7 @@ class SdPolicy:
 
     def _run_info_of(self, r: RunningView) -> _RunInfo:
         lend = -1
-        if r.kind is JobKind.MALLEABLE and r.malleable_ready and not r.resizing and not r.ending:
+        if resizable(r, math.inf, self.min_resize_interval):  # but its time test, made per pass
             lend = min(math.floor(self.sharing_factor * r.size), r.size - r.min_nodes)
         replayed = None
         if r.time_limit is not None and not r.ending and (lend >= 1 or self.dynamic_max_slowdown):
