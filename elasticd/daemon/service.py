@@ -375,8 +375,9 @@ class Daemon:
     def _final_save(self) -> str | None:
         """Save the jobs' last states before the stop is answered; what could not be saved,
         in words for the operator (None: all saved). A job whose end is not saved comes back
-        at the next start as last saved: one that was running then ends NODE_FAIL, its
-        processes being gone."""
+        at the next start as last saved: one that was running then ends as the exit status
+        its processes left says (its wrapper's, kept on a full disk too: fresh_proc_files),
+        or NODE_FAIL where there is none."""
         if self.journal is None:
             return None
         self.persist()
@@ -386,7 +387,8 @@ class Daemon:
         self.core.requeue_changed(changed)
         ids = ", ".join(str(j.job_id) for j in changed) or "none"
         msg = (f"could not save the final state of job(s) {ids}: {self.write_error}. A daemon started again on "
-               f"{self.config.state_dir} shows them as last saved (one saved running ends NODE_FAIL there); "
+               f"{self.config.state_dir} shows them as last saved (one saved running ends there as its processes' "
+               f"recorded exit says: FAILED with the signal that ended it, or NODE_FAIL without one); "
                f"their ends are in {self.config.state_dir / 'daemon.log'}")
         log.error("stopping: %s", msg)
         return msg

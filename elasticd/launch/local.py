@@ -78,7 +78,7 @@ _WRAPPER = (
     '{ if [ -n "$o" ]; then exec >>"$o"; fi; '
     'if [ -n "$e" ] && [ "$e" = "$o" ]; then exec 2>&1; elif [ -n "$e" ]; then exec 2>>"$e"; fi; '
     'exec "$@"; } & p=$!; wait $p; c=$?; '
-    'while kill -0 $p 2>/dev/null; do wait $p; c=$?; done; echo $c > "$s"; trap - TERM HUP INT; '
+    'while kill -0 $p 2>/dev/null; do wait $p; c=$?; done; printf "%-7s\\n" $c 1<>"$s"; trap - TERM HUP INT; '
     'if [ $c -gt 128 ] && [ $c -lt 160 ] && { [ $c -lt 147 ] || [ $c -gt 150 ]; }; then kill -$((c - 128)) $$; fi; '
     'exit $c'
 )
@@ -90,6 +90,22 @@ def _marker(job_id: int, host: str) -> str:
 
 def proc_files(job_dir: Path, host: str) -> tuple[Path, Path]:
     return job_dir / f"proc-{host}.pid", job_dir / f"proc-{host}.status"
+
+
+STATUS_BLANK = " " * 7 + "\n"
+
+
+def fresh_proc_files(job_dir: Path, host: str) -> tuple[Path, Path]:
+    """The pid and status files of a process about to start on `host`: a stale pid file (the
+    host was the job's before: shrunk, grown back) removed, and the status file written
+    blank at its full size now, while there is room, for the wrapper to fill in place
+    (`1<>`, no truncation): on a file system that filled up while the job ran, a status
+    written as a new file came out empty, and the job's end (FAILED 0:9) was read after a
+    restart as processes lost (NODE_FAIL)."""
+    pid_file, status_file = proc_files(job_dir, host)
+    pid_file.unlink(missing_ok=True)
+    status_file.write_text(STATUS_BLANK)
+    return pid_file, status_file
 
 
 def _status_code(path: Path) -> int | None:
@@ -352,9 +368,7 @@ class LocalLauncher:
         self, req: LaunchRequest, host: str, index: int, hostfile: Path, workdir: Path
     ) -> _HostProc:
         out_path, err_path = output_paths(req.spec, req.job_id, host, index, workdir)
-        pid_file, status_file = proc_files(req.job_dir, host)
-        for stale in (pid_file, status_file):  # a host the job had before (shrunk, grown back)
-            stale.unlink(missing_ok=True)
+        pid_file, status_file = fresh_proc_files(req.job_dir, host)
         env = job_environment(req, host, index, hostfile)
         env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)
         cgroup = self.contain.prepare(req.job_id, host)

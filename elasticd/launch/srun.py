@@ -33,7 +33,7 @@ from elasticd.launch.base import (
     job_environment,
     output_paths,
 )
-from elasticd.launch.local import _WRAPPER, LocalLauncher, _HostProc, _marker, _open_output, proc_files
+from elasticd.launch.local import _WRAPPER, LocalLauncher, _HostProc, _marker, _open_output, fresh_proc_files
 
 # srun itself needs the cluster's configuration and the allocation it runs steps in.
 SRUN_NEEDS = frozenset({"SLURM_CONF", "SLURM_JOB_ID", "SLURM_JOBID"})
@@ -85,9 +85,7 @@ class SrunLauncher(LocalLauncher):
             f"--output={_literal(out)}", f"--error={_literal(err)}",
             *req.spec.command,
         ]
-        pid_file, status_file = proc_files(req.job_dir, host)
-        for stale in (pid_file, status_file):  # a host the job had before (shrunk, grown back)
-            stale.unlink(missing_ok=True)
+        pid_file, status_file = fresh_proc_files(req.job_dir, host)
         env = job_environment(req, host, index, hostfile, keep=SRUN_NEEDS)
         env["SLURM_JOB_ID"] = env["SLURM_JOBID"] = self.job_of(host)
         env["ELASTIC_TAG"] = self.contain.env_tag(req.job_id, host)

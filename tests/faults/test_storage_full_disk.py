@@ -233,11 +233,13 @@ def test_a_stop_on_a_full_disk_says_which_final_states_it_could_not_save(
     assert r.returncode == 1
     assert "elasticd stopped" in r.stdout
     assert f"could not save the final state of job(s) {job}" in r.stderr, r.stderr
-    assert "NODE_FAIL" in r.stderr and "database or disk is full" in r.stderr
+    assert "FAILED with the signal that ended it" in r.stderr and "database or disk is full" in r.stderr
     assert not psutil.pid_exists(d.record.pid) or psutil.Process(d.record.pid).status() == psutil.STATUS_ZOMBIE
     filler.unlink()
     start(daemons, state, nodes=1)
-    assert queue(state)[job]["state"] == "NODE_FAIL"  # what the stop said a restart would show
+    # What the stop said a restart would show: its process's recorded end (SIGTERM).
+    ended = queue(state)[job]
+    assert (ended["state"], ended["exit_code"], ended["exit_signal"]) == ("FAILED", 0, 15), ended
 
 
 def test_a_failed_write_is_shown_until_a_write_reaches_the_disk_even_with_nothing_else_to_save(
@@ -256,3 +258,36 @@ def test_a_failed_write_is_shown_until_a_write_reaches_the_disk_even_with_nothin
     # Nothing changed meanwhile, so only a write that reaches the disk can clear it.
     assert wait_until(lambda: status(state)["storage"] is None, 20), status(state)["storage"]
     assert "state directory writable again; journal up to date" in (state / "daemon.log").read_text()
+
+
+def test_a_job_that_ends_while_the_disk_is_full_keeps_its_exit_status_across_a_restart(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    """Its status was written at its end as a new file, which a full disk left empty: after
+    a restart the job (FAILED, exit 3) was taken for one whose processes were lost
+    (NODE_FAIL). The status file is made at full size at the launch, while there is room,
+    and filled in place at the end."""
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    gate = work / "gate"
+    d = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+    jid = d.submit(write_job(work, "ends", f'''
+        name = "ends"
+        command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; exit 3"]
+        nodes = 1
+        working_dir = "{work}"
+        output = "/dev/null"
+    '''))
+    d.wait_event(jid, "launched")
+    filler = fill(tiny_fs)
+    kill9(d)  # what it learns now it cannot save: only the job's own status file can tell
+    gate.touch()
+    pid_file = state / "jobs" / str(jid) / "proc-node1.pid"
+    wrapper = int(pid_file.read_text())
+    assert wait_until(lambda: not psutil.pid_exists(wrapper) or psutil.Process(wrapper).status() == psutil.STATUS_ZOMBIE,
+                      20)
+    filler.unlink()
+    d = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+    d.wait([jid], timeout=30)
+    info = d.job(jid)
+    assert (info["state"], info["exit_code"]) == ("FAILED", 3), info
