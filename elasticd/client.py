@@ -46,6 +46,13 @@ class ControlClient:
             line = self._io.read_line()
         except ProtocolError as exc:
             raise DaemonError(exc.code, f"unreadable reply from the daemon: {exc}") from None
+        except TimeoutError:
+            # Sent, unanswered: a paused daemon (SIGSTOP, a debugger, a hung disk) carries the
+            # request out when it resumes, so "failed" would invite a second submission.
+            raise DaemonError("timeout", f"the daemon (pid {self.record.pid}) did not answer within {timeout:g} s: "
+                              "it may be paused (SIGSTOP, a debugger) or stuck on its disk; the request was "
+                              "sent and may still be carried out when it resumes (check with equeue before "
+                              "sending it again)") from None
         except OSError as exc:
             raise DaemonError("disconnected", f"connection to the daemon failed: {exc}") from None
         if line is None:

@@ -226,3 +226,26 @@ def test_resize_hold_and_release_from_the_command_line(daemon: RunningDaemon, wo
     assert r.returncode == 1 and r.stderr.strip() == f"elasticd: error: job {jid} is not held [resize_rejected]"
     (workdir / "finish").touch()
     daemon.wait([jid], timeout=20)
+
+
+def test_a_request_to_a_paused_daemon_times_out_saying_it_may_still_be_carried_out(daemon: RunningDaemon,
+                                                                                   tmp_path: Path) -> None:
+    """A paused daemon reads the request once it resumes, so a timed-out submission was not
+    refused: the message must not invite a second one. Before: 'connection to the daemon
+    failed: timed out'."""
+    from elastic_protocol.control import Submit
+    from elasticd.errors import DaemonError
+    from elasticd.jobfile import load_job_file
+
+    spec = load_job_file(write_job(tmp_path, "later", 'name = "later"\ncommand = ["true"]\nnodes = 1\n'))
+    with daemon.client() as c:
+        os.kill(daemon.record.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(DaemonError) as err:
+                c.request(Submit(spec=spec), timeout=1.0)
+        finally:
+            os.kill(daemon.record.pid, signal.SIGCONT)
+    assert err.value.code == "timeout", err.value
+    assert f"pid {daemon.record.pid}" in str(err.value) and "may still be carried out" in str(err.value)
+    # It was: the job is there once the daemon runs again.
+    assert wait_until(lambda: any(j["name"] == "later" for j in daemon.jobs().values()), 10)
