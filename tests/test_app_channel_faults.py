@@ -237,7 +237,8 @@ def test_a_request_to_a_paused_daemon_times_out_saying_it_may_still_be_carried_o
     from elasticd.errors import DaemonError
     from elasticd.jobfile import load_job_file
 
-    spec = load_job_file(write_job(tmp_path, "later", 'name = "later"\ncommand = ["true"]\nnodes = 1\n'))
+    spec = load_job_file(write_job(tmp_path, "later", f'name = "later"\ncommand = ["true"]\nnodes = 1\n'
+                                                      f'working_dir = "{tmp_path}"\noutput = "/dev/null"\n'))
     with daemon.client() as c:
         os.kill(daemon.record.pid, signal.SIGSTOP)
         try:
