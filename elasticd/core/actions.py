@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elasticd.core.events import OrderKind
+from elasticd.core.fastinit import fast_init
 from elasticd.core.states import JobState
 
 
@@ -63,3 +64,6 @@ class ArmLimit:
 
 
 Action = Launch | Terminate | LaunchJoining | SendOrder | Reclaim | ArmLimit
+
+for _type in (Launch, Terminate, LaunchJoining, SendOrder, Reclaim, ArmLimit):
+    fast_init(_type)

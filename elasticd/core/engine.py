@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd import defaults
@@ -79,6 +79,24 @@ from elasticd.policies.base import (
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
 K = JobEventKind
+SHRINK, GROW = OrderKind.SHRINK, OrderKind.GROW
+
+
+def _policy_may_order(job: Job, now: float) -> bool:
+    """Core.can_take_order, and neither backing off after a refusal nor held by a user: one
+    call, not two, as it is asked for every job's view after each of its changes and for
+    every resize a policy decides."""
+    return (
+        job.order is None
+        and not job.leaving
+        and job.ending_as is None
+        and job.malleable_ready
+        and job.state is JobState.RUNNING
+        and not job.deregistered
+        and now >= job.no_orders_until
+        and now >= job.refused_until
+        and not job.held
+    )
 
 
 @dataclass
@@ -192,12 +210,12 @@ class Core:
     def _mut(self, job_id: int) -> Job:
         """The job, about to be changed: its cached view is dropped, the journal told, and
         inside a transaction its state before the change kept (for rollback)."""
-        try:
-            job = self.jobs[job_id]
-        except KeyError:
-            raise UnknownJob(f"no job {job_id}") from None
-        if job_id in self._active:
-            self._active[job_id] = None
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(f"no job {job_id}")
+        active = self._active
+        if job_id in active:
+            active[job_id] = None
             self._stale.add(job_id)
         self._changed.add(job_id)
         tx = self._tx
@@ -293,7 +311,7 @@ class Core:
         )
 
     def policy_may_order(self, job: Job, now: float) -> bool:
-        return self.can_take_order(job, now) and now >= job.refused_until and not job.held
+        return _policy_may_order(job, now)
 
     def why_no_order(self, job: Job, now: float) -> str:
         if not job.malleable_ready:
@@ -321,62 +339,66 @@ class Core:
         if stale:
             incoming_of = self._incoming_of
             expiring = self._expiring
+            jobs = self.jobs
+            running_view = self._running_view
             for jid in stale:
                 if jid not in active:
                     continue
-                j = self.jobs[jid]
-                view = self._running_view(j, now)
+                j = jobs[jid]
+                view = running_view(j, now)
                 active[jid] = view
                 # Until a deferral or back-off ends, when the view's malleable_ready flips.
-                valid_until = math.inf
-                if j.no_orders_until > now:
-                    valid_until = j.no_orders_until
-                if now < j.refused_until < valid_until:
-                    valid_until = j.refused_until
-                if valid_until < math.inf:
+                if j.no_orders_until > now or j.refused_until > now:
+                    valid_until = math.inf
+                    if j.no_orders_until > now:
+                        valid_until = j.no_orders_until
+                    if now < j.refused_until < valid_until:
+                        valid_until = j.refused_until
                     expiring[jid] = valid_until
-                else:
+                elif expiring:
                     expiring.pop(jid, None)
                 back = view.size + view.leaving if view.ending else view.leaving + view.shrinking
                 if back:
                     incoming_of[jid] = back
-                else:
+                elif incoming_of:
                     incoming_of.pop(jid, None)
             stale.clear()
             self._running_tuple = None
         running = self._running_tuple
         if running is None:
             # Every view is built now (stale ones just were).
-            running = self._running_tuple = cast("tuple[RunningView, ...]", tuple(active.values()))
+            views: tuple[RunningView, ...] = tuple(active.values())  # type: ignore[arg-type]
+            running = self._running_tuple = views
         incoming = sum(self._incoming_of.values()) if self._incoming_of else 0
         return Snapshot(now, self.nodes.total, self.nodes.free_count, pending, running, incoming)
 
-    def _running_view(self, j: Job, now: float) -> RunningView:
+    @staticmethod
+    def _running_view(j: Job, now: float) -> RunningView:
+        """Positional, in RunningView's field order, and with policy_may_order spelled out:
+        one is built after every change of a job, hundreds of thousands in a long run."""
         lo, hi, pref = j.bounds
-        assert j.start_time is not None
+        start = j.start_time
+        assert start is not None
         o = j.order
+        leaving = len(j.leaving)
+        ending = j.ending_as is not None
+        # _policy_may_order(j, now), spelled out here (a call less per view).
+        ready = (
+            o is None
+            and not leaving
+            and not ending
+            and j.malleable_ready
+            and j.state is JobState.RUNNING
+            and not j.deregistered
+            and now >= j.no_orders_until
+            and now >= j.refused_until
+            and not j.held
+        )
         return RunningView(
-            job_id=j.job_id,
-            kind=j.kind,
-            size=len(j.hosts) - len(j.leaving),
-            min_nodes=lo,
-            max_nodes=hi,
-            preferred=pref,
-            start_time=j.start_time,
-            time_limit=j.time_limit,
-            malleable_ready=self.policy_may_order(j, now),
-            last_resize=j.last_resize,
-            ending=j.ending_as is not None,
-            resizing=o is not None or bool(j.leaving),
-            requested=j.requested,
-            requested_at=j.requested_at,
-            leaving=len(j.leaving),
-            shrinking=o.count if o is not None and o.kind is OrderKind.SHRINK and o.settled is None else 0,
-            submit_time=j.submit_time,
-            model=j.spec.model,
-            evolution=j.evolution_steps,
-            history=j.size_history(),
-            limit_end=j.limit_due,
+            j.job_id, j.kind, len(j.hosts) - leaving, lo, hi, pref, start, j.time_limit, ready, j.last_resize,
+            ending, o is not None or leaving > 0, j.requested, j.requested_at, leaving,
+            o.count if o is not None and o.kind is OrderKind.SHRINK and o.settled is None else 0,
+            j.submit_time, j.spec.model, j.evolution_steps, j.size_history(), j.limit_due,
         )
 
     @staticmethod
@@ -488,15 +510,19 @@ class Core:
             return []
         now = ev.time
         decisions = self.policy.decide(self.snapshot(now))
+        if not decisions:
+            return []
         self._check_pass(decisions, now)
         actions: list[Action] = []
+        extend = actions.extend
+        policy = Cause.POLICY
         for d in decisions:
-            if isinstance(d, Start):
-                actions.extend(self._start(d, now))
+            if isinstance(d, Grow):
+                extend(self._order_grow(d.job_id, d.by, now, policy))
             elif isinstance(d, Shrink):
-                actions.extend(self._order_shrink(d.job_id, d.by, now, Cause.POLICY))
+                extend(self._order_shrink(d.job_id, d.by, now, policy))
             else:
-                actions.extend(self._order_grow(d.job_id, d.by, now, Cause.POLICY))
+                extend(self._start(d, now))
         return actions
 
     def _check_pass(self, decisions: list[Decision], now: float) -> None:
@@ -505,12 +531,13 @@ class Core:
         name = self.policy.name
         free = self.nodes.free_count
         decided: set[int] = set()
+        jobs, active = self.jobs, self._active
         for d in decisions:
             jid = d.job_id
             if jid in decided:
                 raise PolicyError(f"{name}: two decisions for job {jid} in one pass")
             decided.add(jid)
-            job = self.jobs.get(jid)
+            job = jobs.get(jid)
             if isinstance(d, Start):
                 if job is None or jid not in self._pending:
                     raise PolicyError(f"{name}: start of job {jid}, which is not pending")
@@ -521,20 +548,22 @@ class Core:
                     raise PolicyError(f"{name}: job {jid} started on {d.nodes} nodes, {free} free")
                 free -= d.nodes
             elif isinstance(d, (Shrink, Grow)):
-                what = "shrink" if isinstance(d, Shrink) else "grow"
-                if job is None or jid not in self._active:
-                    raise PolicyError(f"{name}: {what} of job {jid}, which is not running")
-                if job.kind not in RESIZABLE or not self.policy_may_order(job, now):
-                    raise PolicyError(f"{name}: {what} of job {jid}, which cannot take an order now")
+                shrink = isinstance(d, Shrink)
+                if job is None or jid not in active:
+                    raise PolicyError(f"{name}: {'shrink' if shrink else 'grow'} of job {jid}, which is not running")
+                if job.kind not in RESIZABLE or not _policy_may_order(job, now):
+                    raise PolicyError(
+                        f"{name}: {'shrink' if shrink else 'grow'} of job {jid}, which cannot take an order now")
                 lo, hi, _ = job.bounds
-                if isinstance(d, Shrink):
-                    if not 1 <= d.by <= job.size - lo:
-                        raise PolicyError(f"{name}: shrink of job {jid} by {d.by} from {job.size} (min {lo})")
+                size = len(job.hosts)
+                by = d.by
+                if shrink:
+                    if not 1 <= by <= size - lo:
+                        raise PolicyError(f"{name}: shrink of job {jid} by {by} from {size} (min {lo})")
                 else:
-                    if not 1 <= d.by <= min(hi - job.size, free):
-                        raise PolicyError(
-                            f"{name}: grow of job {jid} by {d.by} from {job.size} (max {hi}, {free} free)")
-                    free -= d.by
+                    if not 1 <= by <= min(hi - size, free):
+                        raise PolicyError(f"{name}: grow of job {jid} by {by} from {size} (max {hi}, {free} free)")
+                    free -= by
             else:
                 raise PolicyError(f"{name}: unknown decision {d!r}")
 
@@ -571,31 +600,33 @@ class Core:
 
     def _order_shrink(self, job_id: int, by: int, now: float, cause: Cause) -> list[Action]:
         job = self._mut(job_id)
-        order = self._new_order(job, OrderKind.SHRINK, by, (), now, cause)
-        job.record(now, K.SHRINK_ORDERED, cause, f"order {order.order_id}: shrink by {by}")
-        return [SendOrder(job.job_id, order.order_id, OrderKind.SHRINK, by, (), self.order_deadline)]
+        oid = self._new_order(job, OrderKind.SHRINK, by, (), now, cause)
+        job.record(now, K.SHRINK_ORDERED, cause, f"order {oid}: shrink by {by}")
+        return [SendOrder(job_id, oid, OrderKind.SHRINK, by, (), self.order_deadline)]
 
     def _order_grow(self, job_id: int, by: int, now: float, cause: Cause) -> list[Action]:
         job = self._mut(job_id)
         job.account(now)
-        new = tuple(self.nodes.allocate(job.job_id, by))
-        job.hosts.extend(new)
+        new = tuple(self.nodes.allocate(job_id, by))
+        hosts = job.hosts
+        hosts.extend(new)
         if job.requested:
             job.requested = max(0, job.requested - by)
-        order = self._new_order(job, OrderKind.GROW, by, new, now, cause)
-        job.record(now, K.GROW_ORDERED, cause, f"order {order.order_id}: grow by {by}")
+        oid = self._new_order(job, OrderKind.GROW, by, new, now, cause)
+        job.record(now, K.GROW_ORDERED, cause, f"order {oid}: grow by {by}")
         return [
-            LaunchJoining(job.job_id, new, tuple(job.hosts)),
-            SendOrder(job.job_id, order.order_id, OrderKind.GROW, by, new, self.order_deadline),
+            LaunchJoining(job_id, new, tuple(hosts)),
+            SendOrder(job_id, oid, OrderKind.GROW, by, new, self.order_deadline),
         ]
 
     def _new_order(self, job: Job, kind: OrderKind, count: int, new: tuple[str, ...], now: float,
-                   cause: Cause) -> Order:
-        order = Order(self._next_order, job.job_id, kind, count, new, now, now + self.order_deadline, cause=cause)
-        self._next_order += 1
-        job.order = order
+                   cause: Cause) -> int:
+        """The job's new order (and it is RESIZING): the order's id."""
+        oid = self._next_order
+        job.order = Order(oid, job.job_id, kind, count, new, now, now + self.order_deadline, None, cause)
+        self._next_order = oid + 1
         job.state = JobState.RESIZING
-        return order
+        return oid
 
     def _resize(self, ev: ResizeRequested) -> list[Action]:
         """A user's order (not a policy's): same checks, the problem said in words."""
@@ -643,7 +674,9 @@ class Core:
     def _shrink_answered(self, ev: ShrinkAnswered) -> list[Action]:
         """The application released these hosts: end what is left of the job there."""
         job = self.job(ev.job_id)
-        order = self._current_order(job, ev.order_id, OrderKind.SHRINK)
+        order = job.order
+        if order is None or order.order_id != ev.order_id or order.settled is not None or order.kind is not SHRINK:
+            order = self._current_order(job, ev.order_id, OrderKind.SHRINK)  # raises
         hosts = list(ev.hosts)
         if len(set(hosts)) != len(hosts) or len(hosts) != order.count:
             raise OrderRejected("bad_hosts", f"shrink {order.count}: name exactly {order.count} distinct hosts")
@@ -665,7 +698,9 @@ class Core:
     def _grow_answered(self, ev: GrowAnswered) -> list[Action]:
         """The application runs on every host of the job, the new ones included."""
         job = self.job(ev.job_id)
-        order = self._current_order(job, ev.order_id, OrderKind.GROW)
+        order = job.order
+        if order is None or order.order_id != ev.order_id or order.settled is not None or order.kind is not GROW:
+            order = self._current_order(job, ev.order_id, OrderKind.GROW)  # raises
         hosts = list(ev.hosts)
         if hosts != job.hosts and sorted(hosts) != sorted(job.hosts):
             raise OrderRejected(
@@ -676,7 +711,8 @@ class Core:
         job.state = JobState.RUNNING
         job.last_resize = ev.time
         job.record(ev.time, K.GROWN, order.cause, f"order {order.order_id}: +{order.count}")
-        return self._rearm(job, job.size - order.count, job.size, ev.time)
+        size = len(job.hosts)
+        return self._rearm(job, size - order.count, size, ev.time)
 
     def _refused(self, ev: OrderRefused) -> list[Action]:
         job = self.job(ev.job_id)
@@ -746,17 +782,19 @@ class Core:
         if job.job_id not in self._active:
             return []  # the whole job ended meanwhile; its nodes are already free
         now = ev.time
-        mine = [h for h in ev.hosts if h in job.leaving]
-        before = job.size
+        leaving = job.leaving
+        mine = list(ev.hosts) if leaving.issuperset(ev.hosts) else [h for h in ev.hosts if h in leaving]
+        hosts = job.hosts
+        before = len(hosts)
         job.account(now)
         self.nodes.release(job.job_id, mine)
-        gone = set(mine)
         k = len(mine)
-        if k and job.hosts[-k:] == mine:  # a shrink gives back the hosts it got last
-            del job.hosts[-k:]
+        if k and hosts[-k:] == mine:  # a shrink gives back the hosts it got last
+            del hosts[-k:]
         else:
-            job.hosts = [h for h in job.hosts if h not in gone]
-        job.leaving -= gone
+            gone = set(mine)
+            job.hosts = [h for h in hosts if h not in gone]
+        leaving.difference_update(mine)
         job.account(now)
         order = job.order
         if order is not None and order.settled and not job.leaving:
@@ -772,9 +810,9 @@ class Core:
         elif order is None and mine:
             job.record(now, K.RELEASED, job.release_cause or ev.cause, " ".join(mine))
             job.last_resize = now
-        if not job.leaving:
+        if not leaving:
             job.release_cause = None
-        return self._rearm(job, before, job.size, now)
+        return self._rearm(job, before, len(job.hosts), now)
 
     # ---- registration and evolving requests ---------------------------------------------
     def _registered(self, ev: Registered) -> list[Action]:

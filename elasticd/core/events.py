@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from elastic_protocol.jobspec import JobSpec
+from elasticd.core.fastinit import fast_init
 
 
 class Cause(StrEnum):
@@ -326,3 +327,6 @@ Event = (
 
 # Every kind of event, for decoding a log: the members of `Event`, named once.
 EVENT_TYPES: tuple[type[_Event], ...] = typing.get_args(Event)
+
+for _type in EVENT_TYPES:
+    fast_init(_type)

@@ -11,6 +11,9 @@ from elasticd.core.events import SIZE_CHANGES, Cause, JobEventKind
 from elasticd.core.orders import Order
 from elasticd.core.states import HOLDING_STATES, JobState
 
+_new_event = tuple.__new__
+REQUEUED = JobEventKind.REQUEUED
+
 
 class JobEvent(NamedTuple):
     """One entry of a job's history. A named tuple, not a frozen dataclass: a job gets one
@@ -87,19 +90,23 @@ class Job:
         self.limit_speedup: SpeedupModel | None = None if model is None else model.speedup_model
         self.limit_cost: ReconfigCost | None = None if model is None else model.reconfig_cost
         self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
+        # (preferred size, its speedup) once asked (elasticd.core.limits): the limit's rate at
+        # every resize divides by it. Keyed by the size, as bounds are fitted after this.
+        self.limit_ref: tuple[int, float] = (0, 1.0)
 
     @property
     def size(self) -> int:
         return len(self.hosts)
 
     def record(self, now: float, event: JobEventKind, cause: Cause, detail: str | None = None) -> None:
+        # tuple.__new__ is what JobEvent(...) calls, less a Python frame: several per resize.
         if not self.record_hosts:
-            self.events.append(JobEvent(now, event, len(self.hosts), (), detail, cause))
+            self.events.append(_new_event(JobEvent, (now, event, len(self.hosts), (), detail, cause)))
             return
         hosts = tuple(self.hosts)
         if self.events and self.events[-1].hosts == hosts:
             hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host
-        self.events.append(JobEvent(now, event, len(hosts), hosts, detail, cause))
+        self.events.append(_new_event(JobEvent, (now, event, len(hosts), hosts, detail, cause)))
 
     def size_history(self) -> tuple[tuple[float, int], ...]:
         """(time, nodes) of every size the job has had since its last start: what the
@@ -108,24 +115,31 @@ class Job:
         rebuilt after every change, and a long-running malleable job has hundreds of events."""
         events = self.events
         seen = self._history_seen
-        if seen != len(events):
-            for i in range(len(events) - 1, seen - 1, -1):
-                if events[i].event is JobEventKind.REQUEUED:
-                    # A start that went back to the queue was never launched: nothing ran
-                    # then, and the job's history begins at its next start.
-                    self._history, seen = (), i + 1
-                    break
-            new = tuple([(e.time, e.nodes) for e in events[seen:] if e.event in SIZE_CHANGES])
+        n = len(events)
+        if seen != n:
+            history = self._history
+            new: list[tuple[float, int]] = []
+            for e in events[seen:]:
+                kind = e[1]
+                if kind in SIZE_CHANGES:
+                    if kind is REQUEUED:
+                        # A start that went back to the queue was never launched: nothing ran
+                        # then, and the job's history begins at its next start.
+                        history, new = (), []
+                    else:
+                        new.append((e[0], e[2]))
             if new:
-                self._history += new
-            self._history_seen = len(events)
+                history += tuple(new)
+            self._history = history
+            self._history_seen = n
         return self._history
 
     def account(self, now: float) -> None:
         """Close the current size segment so node_seconds is exact across resizes."""
         since = self._size_since
         if since is not None:
-            self.node_seconds += len(self.hosts) * max(0.0, now - since)
+            d = now - since
+            self.node_seconds += len(self.hosts) * (d if d > 0.0 else 0.0)  # noqa: FURB136  # max(0.0, d), without the call
         self._size_since = now if self.state in HOLDING_STATES else None  # holds_nodes, without the property call
 
     def node_seconds_at(self, now: float) -> float:

@@ -23,7 +23,10 @@ def _rate(job: Job, n: int) -> float:
     pref = job.bounds[2]
     if n == pref:
         return 1.0  # S(n) / S(n), exactly 1.0 whatever the model
-    return s.speedup(n) / s.speedup(pref)
+    ref = job.limit_ref
+    if ref[0] != pref:
+        ref = job.limit_ref = (pref, s.speedup(pref))
+    return s.speedup(n) / ref[1]
 
 
 def start_limit(job: Job, now: float) -> float | None:
@@ -43,9 +46,13 @@ def resize_limit(job: Job, old: int, new: int, now: float) -> float | None:
     when it does not move: no limit, or no model to scale it by)."""
     limit = job.time_limit
     cost = job.limit_cost
-    if limit is None or cost is None or job.limit_since is None or old == new:
+    since = job.limit_since
+    if limit is None or cost is None or since is None or old == new:
         return None
-    job.limit_used += max(0.0, now - job.limit_since) * _rate(job, old)
-    job.limit_since = max(now, job.limit_since) + cost.seconds(old, new)
-    job.limit_due = job.limit_since + max(0.0, limit - job.limit_used) / _rate(job, new)
-    return job.limit_due
+    # max(0.0, x) and max(now, since) written out: a dozen resizes per job under some policies.
+    d = now - since
+    job.limit_used = used = job.limit_used + (d if d > 0.0 else 0.0) * _rate(job, old)  # noqa: FURB136
+    job.limit_since = since = (since if since > now else now) + cost.seconds(old, new)  # noqa: FURB136
+    left = limit - used
+    job.limit_due = due = since + (left if left > 0.0 else 0.0) / _rate(job, new)  # noqa: FURB136
+    return due

@@ -19,7 +19,7 @@ class Settlement(StrEnum):
     NODE_FAILED = "node_failed"
 
 
-@dataclass
+@dataclass(slots=True)  # one per resize: slots make it quicker to make and to read
 class Order:
     order_id: int
     job_id: int

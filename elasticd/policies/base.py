@@ -13,6 +13,7 @@ from operator import attrgetter
 from typing import Protocol
 
 from elastic_protocol.jobspec import JobKind, PerfModel
+from elasticd.core.fastinit import fast_init
 
 # An evolution profile: (seconds, nodes) per step, in order.
 Profile = tuple[tuple[float, int], ...]
@@ -112,6 +113,11 @@ class Grow:
 
 
 Decision = Start | Shrink | Grow
+
+# Views, snapshots and decisions are made on every pass: the quicker constructor (same
+# arguments, still frozen).
+for _type in (PendingView, RunningView, Snapshot, Start, Shrink, Grow):
+    fast_init(_type)
 
 
 class Policy(Protocol):

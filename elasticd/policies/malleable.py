@@ -13,6 +13,8 @@ lower job id. The skeleton, and how asynchronous resizes are accounted for, is i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from elastic_protocol.jobspec import JobKind
 from elasticd.policies.base import (
     Decision,
@@ -36,12 +38,25 @@ def _width(size: int, r: RunningView) -> float:
     return size
 
 
+def _width_grown(r: RunningView) -> Callable[[int], float]:
+    """_width(r.size + m, r) as a function of m (threestep.Strategy.grown_key)."""
+    size = r.size
+    return lambda m: size + m
+
+
+def _width_shrunk(size: int, r: RunningView) -> Callable[[int], float]:
+    """-_width(size - m, r) as a function of m (threestep.Strategy.shrunk_key)."""
+    return lambda m: -(size - m)
+
+
 MIN_AGREE = Strategy(
     size=start_at_min,
     need=start_nodes_of,
     priority=_width,
     floor=lambda r: r.min_nodes,
     balanced=True,
+    grown_key=_width_grown,
+    shrunk_key=_width_shrunk,
 )
 
 

@@ -39,6 +39,8 @@ Readings where the paper is silent, as an experienced reader would take them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from elastic_protocol.jobspec import JobKind
 from elasticd.policies.base import (
     Decision,
@@ -80,9 +82,22 @@ def range_used(size: int, r: RunningView) -> float:
     return (size - r.min_nodes) / (r.max_nodes - r.min_nodes)
 
 
+def _range_used_grown(r: RunningView) -> Callable[[int], float]:
+    """range_used(r.size + m, r) as a function of m (threestep.Strategy.grown_key)."""
+    base, span = r.size - r.min_nodes, r.max_nodes - r.min_nodes
+    return lambda m: (base + m) / span
+
+
+def _range_used_shrunk(size: int, r: RunningView) -> Callable[[int], float]:
+    """-range_used(size - m, r) as a function of m (threestep.Strategy.shrunk_key)."""
+    base, span = size - r.min_nodes, r.max_nodes - r.min_nodes
+    return lambda m: -((base - m) / span)
+
+
 STRATEGIES: dict[str, Strategy] = {
     "min": Strategy(start_at_min, start_nodes_of, over_min, lambda r: r.min_nodes, balanced=False),
-    "avg": Strategy(start_at_min, start_nodes_of, range_used, lambda r: r.min_nodes, balanced=True),
+    "avg": Strategy(start_at_min, start_nodes_of, range_used, lambda r: r.min_nodes, balanced=True,
+                   grown_key=_range_used_grown, shrunk_key=_range_used_shrunk),
     "pref": Strategy(
         start_at_pref_or_fewer, start_nodes_of, over_pref, lambda r: r.min_nodes, balanced=False
     ),

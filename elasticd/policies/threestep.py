@@ -49,6 +49,11 @@ class Strategy:
     priority: Priority
     floor: Callable[[RunningView], int]  # step 2 never shrinks a job below this
     balanced: bool  # move nodes one at a time (else: fewest jobs)
+    # Balanced moves only, optional: the keys of `_grown` and `_shrunk` as one function each
+    # rather than a function calling `priority` (the very same numbers): _first asks for
+    # them a few times per job on every pass that moves nodes.
+    grown_key: Callable[[RunningView], Callable[[int], float]] | None = None
+    shrunk_key: Callable[[int, RunningView], Callable[[int], float]] | None = None
 
 
 # A job's nodes to move as (job id, key of its m-th node, how many it can move): keys
@@ -65,6 +70,19 @@ def resizable(r: RunningView, now: float, interval: float) -> bool:
         and not r.ending
         and (r.last_resize is None or now - r.last_resize >= interval)
     )
+
+
+def _resizable(running: tuple[RunningView, ...], now: float, interval: float) -> list[RunningView]:
+    """The running jobs `resizable` accepts, without a call per job."""
+    malleable = JobKind.MALLEABLE
+    return [
+        r for r in running
+        if r.kind is malleable
+        and r.malleable_ready
+        and not r.resizing
+        and not r.ending
+        and (r.last_resize is None or now - r.last_resize >= interval)
+    ]
 
 
 def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
@@ -91,7 +109,7 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
             avail -= need
             continue
         if donors is None:
-            ready = [r for r in snap.running if resizable(r, now, interval)]
+            ready = _resizable(snap.running, now, interval)
             floor = s.floor
             donors = {r.job_id: r for r in ready if r.size > floor(r)}
             size = {jid: r.size for jid, r in donors.items()}
@@ -108,17 +126,22 @@ def three_step(snap: Snapshot, s: Strategy, interval: float) -> list[Decision]:
         avail = 0
         shrinkable -= lack
         _take(heap, donors, size, shrinks, lack, s)
-    decisions.extend(Shrink(j, n) for j, n in sorted(shrinks.items()))
+    if shrinks:
+        decisions.extend([Shrink(j, n) for j, n in sorted(shrinks.items())])
 
     # Step 3: idle nodes to running malleable jobs, unless a waiting job is owed them.
     if not owed and free > 0:
         grants = grant_requests(snap, free)
-        decisions.extend(grants)
-        free -= sum(g.by for g in grants)
+        if grants:
+            decisions.extend(grants)
+            free -= sum([g.by for g in grants])
+            if free <= 0:
+                return decisions
         if ready is None:
-            ready = [r for r in snap.running if resizable(r, now, interval)]
+            ready = _resizable(snap.running, now, interval)
         takers = {r.job_id: r for r in ready if r.size < r.max_nodes and r.job_id not in shrinks}
-        decisions.extend(Grow(j, n) for j, n in sorted(_give(takers, free, s).items()))
+        if takers:
+            decisions.extend([Grow(j, n) for j, n in sorted(_give(takers, free, s).items())])
     return decisions
 
 
@@ -139,11 +162,12 @@ def _take(
         # Giving a node one at a time from the highest (priority, then lowest id) takes the
         # keys (-priority(size - m), m = 0, 1, ...) of every job in increasing order.
         units: Units = []
+        shrunk = s.shrunk_key
         for j, r in donors.items():
             sz = size[j]
             cap = sz - floor(r)
             if cap > 0:
-                units.append((j, _shrunk(priority, sz, r), cap))
+                units.append((j, _shrunk(priority, sz, r) if shrunk is None else shrunk(sz, r), cap))
         for j, n in _first(units, lack).items():
             size[j] -= n
             shrinks[j] = shrinks.get(j, 0) + n
@@ -165,7 +189,16 @@ def _give(takers: dict[int, RunningView], free: int, s: Strategy) -> dict[int, i
     priority = s.priority
     if s.balanced:
         # One node at a time to the lowest (priority, id): the keys priority(size + m).
-        units = [(j, _grown(priority, r), r.max_nodes - r.size) for j, r in takers.items() if r.size < r.max_nodes]
+        if free <= 0:
+            return {}
+        room = {j: r.max_nodes - r.size for j, r in takers.items() if r.size < r.max_nodes}
+        if sum(room.values()) <= free:  # every taker filled: no key is needed
+            return room
+        grown = s.grown_key
+        if grown is None:
+            units = [(j, _grown(priority, takers[j]), cap) for j, cap in room.items()]
+        else:
+            units = [(j, grown(takers[j]), cap) for j, cap in room.items()]
         return _first(units, free)
     size = {j: r.size for j, r in takers.items()}
     grows: dict[int, int] = {}
@@ -208,18 +241,24 @@ def _first(units: Units, budget: int) -> dict[int, int]:
     Any estimate gives the same result; a good one only makes it quick."""
     if budget <= 0:
         return {}
-    if sum(cap for _, _, cap in units) <= budget:
+    if sum([u[2] for u in units]) <= budget:
         return {j: cap for j, _, cap in units}
+    # (A popped entry that comes back is put in its place with heapreplace: entries are
+    # distinct, so what is popped, in what order, is the same as with a pop and a push.)
+    heappop, heapreplace = heapq.heappop, heapq.heapreplace
     if budget <= 2 * len(units):
         # Few nodes for the jobs there are: node by node on a heap is cheaper than a level.
         heap = [(key(0), j, i) for i, (j, key, _) in enumerate(units)]
         heapq.heapify(heap)
         taken = [0] * len(units)
         for _ in range(budget):
-            _, j, i = heapq.heappop(heap)
+            _, j, i = heap[0]
             taken[i] = m = taken[i] + 1
-            if m < units[i][2]:
-                heapq.heappush(heap, (units[i][1](m), j, i))
+            u = units[i]
+            if m < u[2]:
+                heapreplace(heap, (u[1](m), j, i))
+            else:
+                heappop(heap)
         return {units[i][0]: m for i, m in enumerate(taken) if m}
     # The linear counts' breakpoints: a job's count starts rising at its first key and
     # stops at its last (slope 1/step in between); a job of one node (or whose keys do not
@@ -270,16 +309,21 @@ def _first(units: Units, budget: int) -> dict[int, int]:
         top = [(-units[i][1](m - 1), -units[i][0], i) for i, m in enumerate(counts) if m > 0]
         heapq.heapify(top)
         for _ in range(total - budget):
-            _, _, i = heapq.heappop(top)
+            _, neg_j, i = top[0]
             counts[i] = m = counts[i] - 1
             if m > 0:
-                heapq.heappush(top, (-units[i][1](m - 1), -units[i][0], i))
+                heapreplace(top, (-units[i][1](m - 1), neg_j, i))
+            else:
+                heappop(top)
     elif total < budget:  # add the smallest keys left
         low = [(units[i][1](m), units[i][0], i) for i, m in enumerate(counts) if m < units[i][2]]
         heapq.heapify(low)
         for _ in range(budget - total):
-            _, _, i = heapq.heappop(low)
+            _, j, i = low[0]
             counts[i] = m = counts[i] + 1
-            if m < units[i][2]:
-                heapq.heappush(low, (units[i][1](m), units[i][0], i))
+            u = units[i]
+            if m < u[2]:
+                heapreplace(low, (u[1](m), j, i))
+            else:
+                heappop(low)
     return {units[i][0]: m for i, m in enumerate(counts) if m}

@@ -32,7 +32,7 @@ from elastic_protocol.timefmt import MAX_TIME_LIMIT
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
-from elasticd.core.events import OrderKind
+from elasticd.core.events import JobEventKind, OrderKind
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord
@@ -40,6 +40,14 @@ from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob
 
 _SUBMIT, _END, _WAKE, _LIMIT, _REGISTER = 0, 1, 2, 3, 4
+_SHRINK = OrderKind.SHRINK
+# The history entries an outcome's sizes are read from (nodes are held from a grow order on:
+# they are allocated then), and which of them are counted as shrinks or expansions.
+_SIZE, _COUNT_SHRINK, _COUNT_EXPAND, _ENDED = 0, 1, 2, 3
+_SIZE_POINT: dict[str, int] = {
+    JobEventKind.SHRUNK: _COUNT_SHRINK, JobEventKind.RELEASED: _SIZE, JobEventKind.STARTED: _SIZE,
+    JobEventKind.GROW_ORDERED: _SIZE, JobEventKind.GROWN: _COUNT_EXPAND, JobEventKind.ENDED: _ENDED,
+}
 MAX_PASSES_PER_INSTANT = 8
 LIMIT_TIE = 1e-6
 _NO_FULL_COLLECTIONS = 1_000_000_000  # gc threshold2 during a run: see Simulation.run
@@ -136,13 +144,13 @@ class Simulation:
     def _set_timer(self, t: float, kind: int, job_id: int, due: dict[int, tuple[float, int]],
                    carried: dict[int, tuple[float, int]]) -> None:
         """Set the job's end or limit timer to fire at t (see __init__)."""
-        self._seq += 1
-        key = (t, self._seq)
+        self._seq = seq = self._seq + 1
+        key = (t, seq)
         due[job_id] = key
         c = carried.get(job_id)
         if c is None or key < c:
             carried[job_id] = key
-            heapq.heappush(self._events, (t, self._seq, kind, job_id))
+            heapq.heappush(self._events, (t, seq, kind, job_id))
 
     def _timer_fires(self, t: float, seq: int, kind: int, job_id: int, due: dict[int, tuple[float, int]],
                      carried: dict[int, tuple[float, int]]) -> bool:
@@ -186,12 +194,16 @@ class Simulation:
         end_due, end_carried = self._end_due, self._end_carried
         limit_due, limit_carried = self._limit_due, self._limit_carried
         fires = self._timer_fires
+        handle = core.handle
+        apply = self._apply
+        heappop = heapq.heappop
+        pass_due = ev.PassDue
         while events:
             now = events[0][0]
             happened = False
             limits: list[int] = []
             while events and events[0][0] == now:
-                _, seq, kind, a = heapq.heappop(events)
+                _, seq, kind, a = heappop(events)
                 if kind == _END:
                     if fires(now, seq, kind, a, end_due, end_carried):
                         core.handle(ev.Exited(now, a, 0, 0))
@@ -223,7 +235,8 @@ class Simulation:
             before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
                 self.passes += 1
-                if not self._apply(core.handle(ev.PassDue(now)), now):
+                actions = handle(pass_due(now))
+                if not actions or not apply(actions, now):
                     break
             if self.resizes != before and interval:
                 self._push(now + interval, _WAKE, 0)
@@ -232,41 +245,47 @@ class Simulation:
     def _apply(self, actions: list[Action], now: float) -> bool:
         """Carry actions out instantly; True if another pass is due at this instant (a
         shrink freed nodes, or a malleable job registered). The most frequent kinds are
-        looked for first: a resize makes several actions, hundreds of thousands in a long
-        run."""
+        looked for first, by their exact type: a resize makes several actions, hundreds of
+        thousands in a long run."""
         core = self.core
+        handle = core.handle
         again = False
+        joining: LaunchJoining | None = None  # the grow order just before, if any
         for a in actions:
-            if isinstance(a, ArmLimit):
+            if type(a) is ArmLimit:
                 self._set_timer(a.at, _LIMIT, a.job_id, self._limit_due, self._limit_carried)
-            elif isinstance(a, SendOrder):
-                job = core.jobs[a.job_id]
-                if a.kind is OrderKind.SHRINK:
-                    keep = [h for h in job.hosts if h not in job.leaving] if job.leaving else job.hosts
-                    for r in core.handle(ev.ShrinkAnswered(now, a.job_id, a.order_id, tuple(keep[-a.count :]))):
+            elif type(a) is SendOrder:
+                jid = a.job_id
+                job = core.jobs[jid]
+                progress = self._progress[jid]
+                if a.kind is _SHRINK:
+                    hosts = job.hosts
+                    keep = [h for h in hosts if h not in job.leaving] if job.leaving else hosts
+                    for r in handle(ev.ShrinkAnswered(now, jid, a.order_id, tuple(keep[-a.count :]))):
                         assert isinstance(r, Reclaim)
-                        moved = core.handle(ev.HostsGone(now, r.job_id, r.hosts))  # the limit moves
-                        if moved:
-                            self._apply(moved, now)
-                    self._progress[a.job_id].resize(len(job.hosts), now)
+                        self._moved(handle(ev.HostsGone(now, r.job_id, r.hosts)), now)  # the limit moves
+                    progress.resize(len(job.hosts), now)
                     again = True  # nodes freed by a shrink can start something in another pass now
                 else:
-                    moved = core.handle(ev.GrowAnswered(now, a.job_id, a.order_id, tuple(job.hosts)))
-                    if moved:
-                        self._apply(moved, now)
-                    j = self._sim_of[a.job_id]
+                    # The application runs on every host of the job: the list the joining
+                    # processes were started with, when they were (the same hosts).
+                    every = joining.all_hosts if joining is not None and joining.job_id == jid else tuple(job.hosts)
+                    self._moved(handle(ev.GrowAnswered(now, jid, a.order_id, every)), now)
+                    j = self._sim_of[jid]
                     # The old size computes on while the new processes start and join.
                     delay = j.grow_latency + j.grow_latency_per_node * a.count
-                    self._progress[a.job_id].resize(len(job.hosts), now + delay)
-                self._reschedule_end(a.job_id, now)
+                    progress.resize(len(job.hosts), now + delay)
+                self._set_timer(progress.end_time(now), _END, jid, self._end_due, self._end_carried)
                 self.resizes += 1
-            elif isinstance(a, LaunchJoining):
-                pass  # the simulated application's new processes are up at once
+            elif type(a) is LaunchJoining:
+                joining = a  # the simulated application's new processes are up at once
             elif isinstance(a, Reclaim):
                 moved = core.handle(ev.HostsGone(now, a.job_id, a.hosts))
                 if moved:
                     self._apply(moved, now)
                 again = True
+            elif isinstance(a, ArmLimit | SendOrder | LaunchJoining):
+                raise AssertionError(f"a subclass of a core action: {a!r}")
             elif isinstance(a, Launch):
                 j = self._sim_of[a.job_id]
                 p = WorkProgress(j.work, j.speedup, j.cost, len(a.hosts), now)
@@ -293,6 +312,14 @@ class Simulation:
                 again = True
         return again
 
+    def _moved(self, actions: list[Action], now: float) -> None:
+        """What a grow's answer or hosts gone give back: the job's limit moved, or nothing."""
+        for a in actions:
+            if type(a) is ArmLimit:
+                self._set_timer(a.at, _LIMIT, a.job_id, self._limit_due, self._limit_carried)
+            else:
+                self._apply([a], now)
+
     def _reschedule_end(self, job_id: int, now: float) -> None:
         self._set_timer(self._progress[job_id].end_time(now), _END, job_id, self._end_due, self._end_carried)
 
@@ -303,15 +330,17 @@ class Simulation:
             shrinks = expands = 0
             sizes: list[tuple[float, int]] = []
             for e in job.events:
-                if e.event == "shrunk" or e.event == "released":
-                    shrinks += e.event == "shrunk"
-                    sizes.append((e.time, e.nodes))
-                elif e.event in ("started", "grow_ordered", "grown"):
-                    # Nodes are held from the grow order on (they are allocated then).
-                    expands += e.event == "grown"
-                    sizes.append((e.time, e.nodes))
-                elif e.event == "ended":
-                    sizes.append((e.time, 0))
+                point = _SIZE_POINT.get(e[1])  # (time, kind, nodes, ...): read by index
+                if point is None:
+                    continue
+                if point == _ENDED:
+                    sizes.append((e[0], 0))
+                    continue
+                if point == _COUNT_SHRINK:
+                    shrinks += 1
+                elif point == _COUNT_EXPAND:
+                    expands += 1
+                sizes.append((e[0], e[2]))
             out.append(JobOutcome(j.job_id, job.submit_time, job.start_time, job.end_time, j.nodes,
                                   job.node_seconds, j.malleable, shrinks, expands, job.state.value,
                                   tuple(sizes)))
