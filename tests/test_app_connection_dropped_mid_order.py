@@ -170,7 +170,11 @@ def test_an_open_order_the_reconnected_application_does_not_name_is_dropped_and_
     assert again.ask("register") == "ok register"
     assert again.ask("resume node1 node2 node3 node4") == "ok resume"
     assert again.unasked == [f"hosts node1 node2 node3 node4 reason=order_dropped order={oid}"]
-    assert d.wait_event(jid, "order_failed")["nodes"] == 4
+    failed = d.wait_event(jid, "order_failed")
+    assert failed["nodes"] == 4
+    # Not "application not connected": it was, and resumed without the order.
+    detail = next(e for e in failed["events"] if e["event"] == "order_failed")["detail"]
+    assert "reconnected without it" in detail, detail
     assert again.ask(f"shrunk order={oid} node4").startswith(f"error expired order {oid} ")
     again.drop()
     _finish(d, workdir, jid)

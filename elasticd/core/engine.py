@@ -763,7 +763,7 @@ class Core:
         if found is None:
             return []
         job, order = found
-        job.record(ev.time, K.ORDER_FAILED, ev.cause, f"order {ev.order_id}: {ev.why or 'application not connected'}")
+        job.record(ev.time, K.ORDER_FAILED, ev.cause, f"order {ev.order_id}: {ev.why or 'the application never had it (not connected, or it reconnected without it)'}")
         return self._drop_order(job, order, Settlement.ORDER_FAILED)
 
     def _drop_order(self, job: Job, order: Order, why: Settlement) -> list[Action]:
