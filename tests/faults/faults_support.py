@@ -3,6 +3,7 @@ a file-size limit (the way without root), damaged journals, jobs that misbehave.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/conftest.py helpers
 
-from conftest import BIN, RunningDaemon, start_daemon
+from conftest import BIN, RunningDaemon, start_daemon, write_job
 
 
 def can_mount() -> bool:
@@ -53,3 +54,22 @@ def start(daemons: list[RunningDaemon], state_dir: Path, **kw: object) -> Runnin
     d = start_daemon(state_dir, **kw)  # type: ignore[arg-type]
     daemons.append(d)
     return d
+
+
+def sleeper(folder: Path, name: str, seconds: float = 120, nodes: int = 1) -> Path:
+    """A job file: `sleep` on `nodes` nodes, output thrown away (the disk is what is tested)."""
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sleep", "{seconds}"]
+        nodes = {nodes}
+        time_limit = "5"
+        working_dir = "{folder}"
+        output = "/dev/null"
+    ''')
+
+
+def queue(state_dir: Path) -> dict[int, dict]:
+    """Every job the daemon has (equeue --all --json), by id."""
+    r = cli(state_dir, "equeue", "--all", "--json")
+    assert r.returncode == 0, r.stderr
+    return {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}

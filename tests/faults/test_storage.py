@@ -4,7 +4,6 @@ nothing unacknowledged half-applied; no job started that the journal does not ho
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -12,28 +11,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faults_support import cli, fill, kill9, start
+from faults_support import cli, fill, kill9, queue, sleeper, start
 
 from conftest import of_job, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def sleeper(folder: Path, name: str, seconds: float = 60, nodes: int = 1) -> Path:
-    return write_job(folder, name, f'''
-        name = "{name}"
-        command = ["sleep", "{seconds}"]
-        nodes = {nodes}
-        time_limit = "5"
-        working_dir = "{folder}"
-        output = "/dev/null"
-    ''')
-
-
-def queue(state_dir: Path) -> dict[int, dict]:
-    r = cli(state_dir, "equeue", "--all", "--json")
-    assert r.returncode == 0, r.stderr
-    return {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}
 
 
 def test_a_full_disk_refuses_submissions_with_an_error_and_loses_no_acknowledged_job(

@@ -15,28 +15,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faults_support import cli, fill, kill9, start
+from faults_support import cli, fill, kill9, queue, sleeper, start
 
 from conftest import RunningDaemon, of_job, wait_until, write_job
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def sleeper(folder: Path, name: str, seconds: float = 120, nodes: int = 1) -> Path:
-    return write_job(folder, name, f'''
-        name = "{name}"
-        command = ["sleep", "{seconds}"]
-        nodes = {nodes}
-        time_limit = "5"
-        working_dir = "{folder}"
-        output = "/dev/null"
-    ''')
-
-
-def queue(state_dir: Path) -> dict[int, dict]:
-    r = cli(state_dir, "equeue", "--all", "--json")
-    assert r.returncode == 0, r.stderr
-    return {j["job_id"]: j for j in json.loads(r.stdout)["jobs"]}
 
 
 def status(state_dir: Path) -> dict:
