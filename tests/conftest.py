@@ -168,6 +168,14 @@ def of_job(environ: dict[str, str], state_dir: Path, job_id: int) -> bool:
     return hostfile is None or Path(os.path.realpath(hostfile)).is_relative_to(state_dir.resolve() / "jobs")
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

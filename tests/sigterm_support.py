@@ -8,8 +8,6 @@ import collections
 import sys
 from pathlib import Path
 
-import psutil
-
 from conftest import wait_until, write_job
 
 COUNTER = Path(__file__).parent / "apps" / "sigterm_counter.py"
@@ -29,13 +27,6 @@ def counter_job(folder: Path, nodes: str, *, kind: str = "rigid", time_limit: st
         time_limit = "{time_limit}"
         env = {{ {env_toml} }}
     ''')
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def lines(folder: Path, name: str) -> list[tuple[int, str]]:

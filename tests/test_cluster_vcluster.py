@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import BIN, RunningDaemon, alive, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import read_record
 from sigterm_support import assert_one_sigterm_each, counter_job, started
@@ -117,13 +117,6 @@ def node_of(pid: int) -> str | None:
     except OSError:
         return None
     return next((n for n in NODES if netns_inode(n) == ino), None)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def job_processes() -> list[tuple[int, str, str]]:

@@ -9,10 +9,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.framing import LineSocket
 
 RECORDER = Path(__file__).parent / "apps" / "recorder.py"
@@ -34,13 +33,6 @@ def recorder_job(folder: Path, mode: str = "normal", nodes: str = "{ min = 1, ma
 def resize(d: RunningDaemon, job_id: int, nodes: int, *flags: str) -> subprocess.CompletedProcess[str]:
     """`elasticd resize`, which waits for the outcome (exit 1 unless it happened)."""
     return d.cli("elasticd", "resize", str(job_id), str(nodes), *flags)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def pid_of(folder: Path, host: str, joining: bool = False) -> int:

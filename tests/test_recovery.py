@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FreezableFs, RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from conftest import FreezableFs, RunningDaemon, alive, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.control import Resize, Submit
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.jobspec import JobSpec
@@ -32,13 +32,6 @@ def sigkill(d: RunningDaemon) -> None:
     """The crash: the daemon's own pid only; its jobs' process groups are left alone."""
     os.kill(d.record.pid, signal.SIGKILL)
     psutil.Process(d.record.pid).wait(10)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def job_pgids(state_dir: Path) -> list[int]:

@@ -13,17 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import RunningDaemon, start_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, start_daemon, wait_until, write_job
 from elasticd.statedir import read_record
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_to_end_them(

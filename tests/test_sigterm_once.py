@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, start_daemon, wait_until
-from sigterm_support import alive, assert_one_sigterm_each, counter_job, lines, started
+from conftest import RunningDaemon, alive, start_daemon, wait_until
+from sigterm_support import assert_one_sigterm_each, counter_job, lines, started
 
 pytestmark = pytest.mark.timeout(120)
 

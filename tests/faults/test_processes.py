@@ -16,16 +16,9 @@ import psutil
 import pytest
 from faults_support import cli, start
 
-from conftest import BIN, FreezableFs, wait_until, write_job
+from conftest import BIN, FreezableFs, alive, wait_until, write_job
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def stop_taken_at(state_dir: Path) -> float:
