@@ -307,13 +307,18 @@ def test_fifty_job_batch_with_resizes_in_flight_survives_a_sigkill_and_every_job
         for j in ids:
             starts = (launches / str(j)).read_text().splitlines()
             leaders = [s for s in starts if s.endswith(" 0 0")]
-            assert len(leaders) == 1, f"job {j} started {len(leaders)} times: {starts}"
+            # A 2-node launch the crash cut in half (a process on one host, none on the other)
+            # is ended and started again whole, as README's recovery says: its first host may
+            # have run twice, the first time alone. Any other job starts once.
+            cut = any(e["event"] == "requeued" and "cut short" in (e.get("detail") or "")
+                      for e in jobs[j]["events"])
+            assert len(leaders) == 1 or (cut and len(leaders) == 2), f"job {j} started {len(leaders)} times: {starts}"
             # The start that ran: one the crash cut off before its launch was requeued (then
             # started again, maybe elsewhere), and its first host has no output file.
             first = [e for e in jobs[j]["events"] if e["event"] == "started"][-1]["hosts"][0]
             out = (folder / "out" / f"{j}-{first}.out").read_text()
             finished = out.count('"work"') if j in malleable else out.count("end")
-            assert finished == 1, f"job {j} finished {finished} times"
+            assert finished == 1 or (cut and finished == 2), f"job {j} finished {finished} times"
         settled = {"shrunk", "grown", "order_failed", "deadline_missed", "refused", "deferred"}
         for j in ordered:
             events = [e["event"] for e in jobs[j]["events"]]
