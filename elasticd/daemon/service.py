@@ -732,7 +732,8 @@ class Daemon:
         except StateWriteError as exc:
             held = self.core.job(job_id).state.holds_nodes
             self._do(event, saved=False)
-            after = ("NODE_FAIL (its processes are ended now)" if held
+            after = ("ended as its processes' recorded exit says (they are ended now: FAILED with SIGTERM's "
+                     "signal, or NODE_FAIL if none was recorded)" if held
                      else "PENDING again (cancel it again then)")
             unsaved = (f"job {job_id} is cancelled, but the cancel could not be saved ({exc}); it is saved as soon "
                        f"as the state directory takes writes again; a daemon restarted before that shows the job "

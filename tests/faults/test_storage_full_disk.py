@@ -185,7 +185,7 @@ def test_a_cancel_on_a_full_disk_ends_the_job_and_says_what_could_not_be_saved(
     r = cli(state, "ecancel", str(hog))
     assert r.returncode == 1
     assert f"job {hog} is cancelled, but the cancel could not be saved" in r.stderr, r.stderr
-    assert "database or disk is full" in r.stderr and "NODE_FAIL" in r.stderr
+    assert "database or disk is full" in r.stderr and "FAILED with SIGTERM's signal" in r.stderr
     assert queue(state)[hog]["state"] == "CANCELLED"
     assert wait_until(lambda: not [p for p in psutil.process_iter(["environ"])
                                    if of_job(p.info["environ"] or {}, state, hog)], 20)
