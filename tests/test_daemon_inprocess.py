@@ -196,3 +196,7 @@ async def test_the_queue_notes_say_why_pending_who_resizes_and_who_never_registe
         await clock.advance(UNREGISTERED_AFTER + 1)
         assert note(quiet) == "NotRegistered"  # (the talker registered, and its order has settled)
         assert note(talker) is None
+        d.app_lost(talker, link)  # its connection closed: rigid until it registers again
+        assert note(talker) == "Disconnected"
+        d.app_register(talker, link)
+        assert note(talker) is None
