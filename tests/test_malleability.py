@@ -317,7 +317,8 @@ def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_
     info = daemon.wait_event(jid, "unregistered")
     assert info["state"] == "RUNNING" and info["nodes"] == 4
     r = resize(daemon, jid, 2)
-    assert r.returncode == 1 and "has not registered a handler" in r.stderr
+    assert r.returncode == 1 and "its application's connection closed; it runs as rigid" in r.stderr, r.stderr
+    assert any(j["note"] == "Disconnected" for j in daemon.jobs(jid).values())
     log = (daemon.state_dir / "daemon.log").read_text()
     assert "too many bad lines" in log
     assert daemon.cli("ecancel", str(jid)).returncode == 0

@@ -315,7 +315,11 @@ class Core:
 
     def why_no_order(self, job: Job, now: float) -> str:
         if not job.malleable_ready:
-            return "it has not registered a handler" if not job.deregistered else "it deregistered for good"
+            if job.deregistered:
+                return "it deregistered for good"
+            if job.connection_lost():
+                return "its application's connection closed; it runs as rigid until it registers again"
+            return "it has not registered a handler"
         if job.ending_as is not None:
             return "it is being ended"
         if job.order is not None:

@@ -13,6 +13,7 @@ from elasticd.core.states import HOLDING_STATES, JobState
 
 _new_event = tuple.__new__
 REQUEUED = JobEventKind.REQUEUED
+_REGISTRATION = frozenset({JobEventKind.REGISTERED, JobEventKind.UNREGISTERED, JobEventKind.DEREGISTERED})
 
 
 class JobEvent(NamedTuple):
@@ -107,6 +108,14 @@ class Job:
         if self.events and self.events[-1].hosts == hosts:
             hosts = self.events[-1].hosts  # shared: half of a resizing job's events change no host
         self.events.append(_new_event(JobEvent, (now, event, len(hosts), hosts, detail, cause)))
+
+    def connection_lost(self) -> bool:
+        """Whether its application registered and its connection then closed (not a
+        deregistration): it runs as rigid, no order reaching it, until it registers again."""
+        for e in reversed(self.events):
+            if e.event in _REGISTRATION:
+                return e.event == JobEventKind.UNREGISTERED
+        return False
 
     def size_history(self) -> tuple[tuple[float, int], ...]:
         """(time, nodes) of every size the job has had since its last start: what the

@@ -13,7 +13,6 @@ from elasticd.launch.base import expand_pattern
 
 # A malleable job that has not registered this long after its start is flagged.
 UNREGISTERED_AFTER = 60.0
-_REGISTRATION = frozenset({"registered", "unregistered", "deregistered"})
 
 
 def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False) -> str | None:
@@ -29,10 +28,7 @@ def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False)
     if job.order is not None and not job.order.settled:
         return f"ResizeBy:{job.order.cause.value}"
     if job.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not job.malleable_ready and not job.deregistered:
-        # Registered once, its connection gone: no order can reach it until it registers
-        # again (a library that gave up reconnecting never does: it runs on as rigid).
-        last = next((e.event for e in reversed(job.events) if e.event in _REGISTRATION), None)
-        if last == "unregistered":
+        if job.connection_lost():  # a library that gave up reconnecting never registers again
             return "Disconnected"
         if job.start_time is not None and now - job.start_time >= UNREGISTERED_AFTER:
             return "NotRegistered"
