@@ -185,6 +185,30 @@ def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
     return pred()
 
 
+def wait_gone(pid: int, timeout: float = 10.0) -> None:
+    """Until the process is gone and reaped; one that went before we looked is gone too
+    (psutil.Process raises for it: a killed daemon is detached, and init may reap it first)."""
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def read_pid(f: Path, timeout: float = 10.0) -> int:
+    """The pid a test process wrote to `f`, once it is there whole.
+
+    Test processes write their pid with a plain `echo $$ > f` or `write_text`: the file exists,
+    empty, before the number is in it, so waiting for the file alone reads '' now and then.
+    """
+    def whole() -> bool:
+        try:
+            return f.read_text().strip().isdigit()
+        except FileNotFoundError:
+            return False
+    assert wait_until(whole, timeout), f"no pid in {f}"
+    return int(f.read_text())
+
+
 # ---- the core's invariants, after every event --------------------------------------------
 # Core tests drive the pure core by hand; each event they feed it is followed by the one
 # check of every invariant (tests/core_support.check_invariants), so no test can leave the

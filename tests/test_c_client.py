@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, wait_until, write_job
+from conftest import RunningDaemon, read_pid, wait_until, write_job
 from test_malleability import alive, resize
 
 SOURCE = Path(__file__).parent.parent / "apps" / "c" / "elastic_client.c"
@@ -36,7 +36,7 @@ def test_c_client_registers_obeys_shrink_and_grow_and_exits(daemon: RunningDaemo
     '''))
     daemon.wait_event(jid, "registered")
     assert wait_until(lambda: (workdir / "pid-node4-0").exists())
-    released = [int((workdir / f"pid-node{i}-0").read_text()) for i in (3, 4)]
+    released = [read_pid(workdir / f"pid-node{i}-0") for i in (3, 4)]
     assert resize(daemon, jid, 2).returncode == 0
     info = daemon.wait_event(jid, "shrunk")
     assert info["hosts"] == ["node1", "node2"]

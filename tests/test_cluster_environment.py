@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import BIN, RunningDaemon, stop_daemon, wait_gone, wait_until, write_job
 from elasticd.errors import DaemonError
 from elasticd.statedir import read_record
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
@@ -94,7 +94,7 @@ def restartable(start: str, tmp_path: Path) -> str:
 def kill_9(d: RunningDaemon) -> None:
     """The daemon killed as the OOM killer or an operator would: no stop, no cleanup."""
     os.kill(d.record.pid, signal.SIGKILL)
-    psutil.Process(d.record.pid).wait(timeout=10)
+    wait_gone(d.record.pid, 10)
 
 
 def kill_and_restart(d: RunningDaemon, salloc: subprocess.Popen[bytes], tmp_path: Path, name: str) -> RunningDaemon:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BIN, RunningDaemon, alive, stop_daemon, wait_until, write_job
+from conftest import BIN, RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import read_record
 from sigterm_support import assert_one_sigterm_each, counter_job, started
@@ -135,9 +135,7 @@ def job_processes() -> list[tuple[int, str, str]]:
 
 
 def pid_file(folder: Path, name: str, timeout: float = 20) -> int:
-    f = folder / name
-    assert wait_until(lambda: f.exists() and f.read_text().strip() != "", timeout), f"no {name} in {folder}"
-    return int(f.read_text())
+    return read_pid(folder / name, timeout)
 
 
 def set_link(node: str, up: bool) -> None:

@@ -11,10 +11,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import BIN, RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from conftest import BIN, RunningDaemon, start_daemon, stop_daemon, wait_gone, wait_until, write_job
 from elasticd.eventlog import LOG_FILE, read_log
 from test_malleability import finish, recorder_job
 from test_recovery import alive, job_pgids
@@ -89,7 +88,7 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
         assert d.job(timeout_job)["state"] == "TIMEOUT"
         # The crash.
         os.kill(d.record.pid, signal.SIGKILL)
-        psutil.Process(d.record.pid).wait(10)
+        wait_gone(d.record.pid, 10)
         d = start_daemon(state_dir, nodes=5, policy="malleable", extra=extra)
         d.wait_event(normal, "registered", count=2, timeout=20)
         for name, jid in (("normal", normal), ("refuse", refuse), ("hang", hang)):
@@ -269,7 +268,7 @@ def test_history_across_kill_9_restarts_and_clean_stops_is_replayed_and_a_run_re
         d, jid = resized_job(state, folder, 4, "easy", 2)
         runs.append(jid)
         os.kill(d.record.pid, signal.SIGKILL)  # the crash: the job runs on
-        psutil.Process(d.record.pid).wait(10)
+        wait_gone(d.record.pid, 10)
         d = start_daemon(state, nodes=4, policy=policy_after)
         try:
             d.wait_event(jid, "registered", count=2, timeout=20)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, alive, start_daemon, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, read_pid, start_daemon, stop_daemon, wait_until, write_job
 from elastic_protocol.framing import LineSocket
 
 RECORDER = Path(__file__).parent / "apps" / "recorder.py"
@@ -36,9 +36,7 @@ def resize(d: RunningDaemon, job_id: int, nodes: int, *flags: str) -> subprocess
 
 
 def pid_of(folder: Path, host: str, joining: bool = False) -> int:
-    f = folder / f"pid-{host}{'-joining' if joining else ''}"
-    assert wait_until(f.exists, 10), f"no process started on {host}"
-    return int(f.read_text())
+    return read_pid(folder / f"pid-{host}{'-joining' if joining else ''}")
 
 
 def app_log(folder: Path) -> list[str]:

@@ -16,10 +16,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import FreezableFs, RunningDaemon, alive, start_daemon, stop_daemon, wait_until, write_job
+from conftest import (
+    FreezableFs,
+    RunningDaemon,
+    alive,
+    read_pid,
+    start_daemon,
+    stop_daemon,
+    wait_gone,
+    wait_until,
+    write_job,
+)
 from elastic_protocol.control import Resize, Submit
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.jobspec import JobSpec
@@ -31,7 +40,7 @@ pytestmark = pytest.mark.timeout(120)
 def sigkill(d: RunningDaemon) -> None:
     """The crash: the daemon's own pid only; its jobs' process groups are left alone."""
     os.kill(d.record.pid, signal.SIGKILL)
-    psutil.Process(d.record.pid).wait(10)
+    wait_gone(d.record.pid, 10)
 
 
 def job_pgids(state_dir: Path) -> list[int]:
@@ -88,7 +97,7 @@ def test_sigkilled_daemon_restarts_with_the_queue_in_order_running_jobs_found_an
         pending = [c.request(Submit(spec=sleep_job(workdir, f"wait{i}", 30, nodes=1 + i % 2)))["job_id"]
                    for i in range(5)]
     assert wait_until(lambda: all(j["state"] == "RUNNING" for j in d.jobs(*running).values()), 10)
-    pids = {j: int((d.state_dir / "jobs" / str(j) / f"proc-{d.job(j)['hosts'][0]}.pid").read_text()) for j in running}
+    pids = {j: read_pid(d.state_dir / "jobs" / str(j) / f"proc-{d.job(j)['hosts'][0]}.pid") for j in running}
     old_app_port = d.record.app_port
     sigkill(d)
     assert all(alive(p) for p in pids.values()), "job processes must outlive the daemon"
@@ -350,7 +359,7 @@ def test_elasticd_start_after_a_crash_says_how_many_jobs_it_took_back(tmp_path: 
         rec = read_record(state)
         assert rec is not None
         os.kill(rec.pid, signal.SIGKILL)
-        psutil.Process(rec.pid).wait(timeout=10)
+        wait_gone(rec.pid, 10)
         r = cli("elasticd", "start", "--local", "1")
         assert r.returncode == 0, r.stderr
         assert "1 job(s) recovered from the journal" in r.stdout, r.stdout
@@ -413,7 +422,7 @@ def test_jobs_started_but_not_launched_when_the_daemon_is_killed_are_requeued_in
         gate.touch()
         assert wait_until(lambda: not alive(pid), 30)
         freezable_fs.thaw()  # the threads opening the held jobs' outputs go with the process
-        psutil.Process(pid).wait(30)
+        wait_gone(pid, 30)
         d = ds.start()
         jobs = d.jobs(*ids)
         assert not [j for j, info in jobs.items() if info["state"] in ("NODE_FAIL", "FAILED")], jobs
@@ -494,7 +503,7 @@ def test_a_launch_the_crash_cut_short_on_some_hosts_is_ended_and_requeued_and_ru
         first = runs.read_text().split("\n")[0].split()
         assert runs.read_text().splitlines() == [f"start 0 {first[2]}"]
         freezable_fs.thaw()
-        psutil.Process(pid).wait(30)
+        wait_gone(pid, 30)
         assert runs.read_text().splitlines() == [f"start 0 {first[2]}"], "a launch went on after the crash"
         assert alive(int(first[2]))
 

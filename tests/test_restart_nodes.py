@@ -10,10 +10,9 @@ import os
 import signal
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import RunningDaemon, alive, start_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, read_pid, start_daemon, wait_gone, wait_until, write_job
 from elasticd.statedir import read_record
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,9 +34,9 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
     on = {h: d.job(j)["hosts"] for j in ids for h in d.job(j)["hosts"]}
     by_host = {d.job(j)["hosts"][0]: j for j in ids}
     assert sorted(on) == ["node1", "node2", "node3", "node4"]
-    pids = {h: int((tmp_path / f"pid-{h}").read_text()) for h in on}
+    pids = {h: read_pid(tmp_path / f"pid-{h}") for h in on}
     os.kill(d.record.pid, signal.SIGKILL)
-    psutil.Process(d.record.pid).wait(10)
+    wait_gone(d.record.pid, 10)
 
     refused = d.cli("elasticd", "start", "--local", "2", "--kill-wait", "1", timeout=60)
     assert refused.returncode == 1, refused.stdout + refused.stderr

@@ -11,11 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/conftest.py helpers
 
-from conftest import BIN, RunningDaemon, start_daemon, write_job
+from conftest import BIN, RunningDaemon, start_daemon, wait_gone, write_job
 
 
 def can_mount() -> bool:
@@ -47,7 +45,7 @@ def cli(state_dir: Path, tool: str, *args: str, timeout: float = 60) -> subproce
 
 def kill9(d: RunningDaemon) -> None:
     os.kill(d.record.pid, signal.SIGKILL)
-    psutil.Process(d.record.pid).wait(10)
+    wait_gone(d.record.pid, 10)
 
 
 def start(daemons: list[RunningDaemon], state_dir: Path, **kw: object) -> RunningDaemon:

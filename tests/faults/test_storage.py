@@ -13,7 +13,7 @@ import psutil
 import pytest
 from faults_support import cli, fill, kill9, queue, sleeper, start
 
-from conftest import of_job, write_job
+from conftest import of_job, read_pid, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -215,7 +215,7 @@ def test_processes_of_a_job_lost_with_its_journal_are_ended_at_salvage(tmp_path:
     d = start(daemons, state, nodes=1)
     jid = d.submit(sleeper(work, "orphan", 300))
     d.wait_event(jid, "launched")
-    pid = int(next((state / "jobs" / str(jid)).glob("proc-*.pid")).read_text())
+    pid = read_pid(state / "jobs" / str(jid) / "proc-node1.pid")
     kill9(d)
     for f in state.glob("journal.db*"):
         f.unlink()
