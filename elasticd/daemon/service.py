@@ -1330,16 +1330,24 @@ class Daemon:
         log.info("job %d: time limit reached", job_id)
         self._do(ev.LimitReached(self.now(), job_id))
 
-    async def _on_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
+    async def _on_exit(self, job_id: int, code: int | None, sig: int | None, ended_at: float | None = None) -> None:
         cut_short = self._cut_short.get(job_id)
         if cut_short is not None:
             # The processes of a launch cut short, ended to start the job again: not its end.
             if not cut_short.done():
                 cut_short.set_result(None)
             return
-        self._do(ev.Exited(self.now(), job_id, code, sig))
+        now = self.now()
+        at = now
+        if ended_at is not None:
+            # It ended while no daemon watched: its end (and its node-seconds) is when its
+            # processes ended, not the restart that found them so; never before it started.
+            started = self.core.job(job_id).start_time
+            at = min(now, ended_at if started is None else max(started, ended_at))
+        self._do(ev.Exited(at, job_id, code, sig))
         job = self.core.job(job_id)
-        log.info("job %d ended: %s %s", job_id, job.state.value, job.exit_text)
+        when = "" if at == now else f" (while the daemon was down, {now - at:.0f} s before the restart found it)"
+        log.info("job %d ended%s: %s %s", job_id, when, job.state.value, job.exit_text)
         self._job_ended(job_id)
 
     def _note_outputs(self, req: LaunchRequest) -> None:

@@ -13,8 +13,10 @@ from typing import Protocol
 
 from elastic_protocol.jobspec import JobSpec
 
-# Called once per job when all of its processes are gone: (job_id, exit_code, signal).
-ExitCallback = Callable[[int, "int | None", "int | None"], Awaitable[None] | None]
+# Called once per job when all of its processes are gone: (job_id, exit_code, signal,
+# ended_at). ended_at is when they ended, if that was before the launcher could see it (they
+# ended while no daemon watched them, found so after a restart); None: they ended just now.
+ExitCallback = Callable[[int, "int | None", "int | None", "float | None"], Awaitable[None] | None]
 # Called when no process of the job is left on these hosts after a reclaim.
 HostsGoneCallback = Callable[[int, "list[str]"], Awaitable[None] | None]
 

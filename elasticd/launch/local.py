@@ -145,6 +145,9 @@ class _HostProc:
     pgid: int
     status_file: Path
     returncode: int | None = None
+    # When it ended, for a process found ended after a daemon restart (its status file's
+    # mtime: the wrapper fills the file in at exit); None for an exit seen as it happened.
+    ended_at: float | None = None
     released: bool = False  # reclaimed by a shrink: its exit does not count for the job
     joining: bool = False  # started by a grow the application has not confirmed yet
     _waiter: asyncio.Future[int] | None = None
@@ -421,7 +424,8 @@ class LocalLauncher:
             else:
                 code = _status_code(status_file)
                 if code is not None:
-                    job.procs[host] = _HostProc(host, None, pid, status_file, returncode=code)
+                    job.procs[host] = _HostProc(host, None, pid, status_file, returncode=code,
+                                                ended_at=_mtime(status_file))
         if job.procs:
             self._jobs[job_id] = job
             for hp in job.procs.values():
@@ -465,8 +469,13 @@ class LocalLauncher:
         # A job's own background children, detached or not, must not outlive it on "freed" nodes.
         await self._end(job, procs)
         self._jobs.pop(job.job_id, None)
-        code, sig = _job_exit([p for p in procs if not p.released])
-        await call_back(self.on_exit, job.job_id, code, sig)
+        counted = [p for p in procs if not p.released]
+        code, sig = _job_exit(counted)
+        # Every process ended while no daemon watched: the job ended with the last of them,
+        # not at the restart that found it so (its accounting would count the downtime).
+        ends = [p.ended_at for p in counted]
+        ended_at = max(e for e in ends if e is not None) if ends and None not in ends else None
+        await call_back(self.on_exit, job.job_id, code, sig, ended_at)
 
     def _pids(self, job: _LocalJob, procs: list[_HostProc]) -> set[int]:
         """Live processes of the job on those hosts: their groups, and what containment finds."""
@@ -630,6 +639,13 @@ def _is_fifo(path: Path) -> bool:
         return stat.S_ISFIFO(path.stat().st_mode)
     except OSError:
         return False
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _job_exit(procs: list[_HostProc]) -> tuple[int, int]:

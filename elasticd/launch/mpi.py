@@ -423,10 +423,10 @@ class MpiLauncher:
     async def _base_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
         await call_back(self.on_hosts_gone, job_id, hosts)
 
-    async def _base_exit(self, job_id: int, code: int | None, sig: int | None) -> None:
+    async def _base_exit(self, job_id: int, code: int | None, sig: int | None, ended_at: float | None) -> None:
         run = self.runs.get(job_id)
         if run is None:
-            await call_back(self.on_exit, job_id, code, sig)
+            await call_back(self.on_exit, job_id, code, sig, ended_at)
             return
         # Nothing of the run may outlive mpirun (orteds, ranks of a killed run).
         await self._signal(run, self._all_hosts(run), signal.SIGKILL, ranks_only=False)
@@ -443,7 +443,7 @@ class MpiLauncher:
         for t in run.checks:
             t.cancel()
         shutil.rmtree(run.tmp, ignore_errors=True)
-        await call_back(self.on_exit, job_id, code, sig)
+        await call_back(self.on_exit, job_id, code, sig, ended_at)
 
 
 def _env_path(name: str) -> Path | None:

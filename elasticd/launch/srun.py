@@ -122,9 +122,9 @@ class SrunLauncher(LocalLauncher):
         await self._steps_gone({self.step_name(job_id, h) for h in hosts})
         await call_back(self._user_on_hosts_gone, job_id, hosts)
 
-    async def _exit_verified(self, job_id: int, code: int | None, sig: int | None) -> None:
+    async def _exit_verified(self, job_id: int, code: int | None, sig: int | None, ended_at: float | None) -> None:
         await self._steps_gone(None, prefix=f"elastic.{job_id}.")
-        await call_back(self._user_on_exit, job_id, code, sig)
+        await call_back(self._user_on_exit, job_id, code, sig, ended_at)
 
     async def _steps_gone(self, names: set[str] | None, prefix: str = "") -> None:
         """Wait until Slurm lists none of these steps; cancel those that outlived srun."""

@@ -561,7 +561,9 @@ class SSHLauncher:
         for p in procs:
             self._tokens.pop(p.token, None)
         code, sig = _job_exit([p for p in procs if not p.released])
-        await call_back(self.on_exit, job.job_id, code, sig)
+        # The node monitors record no end time (and nodes' clocks differ): an end found
+        # after a restart is dated at the restart.
+        await call_back(self.on_exit, job.job_id, code, sig, None)
 
     # ---- node health --------------------------------------------------------------------
     async def _connect(self, host: str) -> None:
