@@ -83,7 +83,7 @@ class RunningDaemon:
         r = self.cli("elasticd", "resize", str(job_id), str(nodes))
         assert r.returncode == 0, r.stderr
 
-    def wait(self, job_ids: list[int], timeout: float = 30) -> None:
+    def wait(self, job_ids: list[int], timeout: float = 60) -> None:
         with self.client() as c:
             assert c.request(Wait(job_ids=job_ids, timeout=timeout), timeout=timeout + 5)["done"], \
                 f"jobs {job_ids} did not end within {timeout} s"
@@ -94,7 +94,7 @@ class RunningDaemon:
     def events(self, job_id: int) -> list[str]:
         return [e["event"] for e in self.job(job_id)["events"]]
 
-    def wait_event(self, job_id: int, event: str, count: int = 1, timeout: float = 15) -> dict:
+    def wait_event(self, job_id: int, event: str, count: int = 1, timeout: float = 60) -> dict:
         """Poll the job's event log until `event` has happened `count` times."""
         deadline = time.monotonic() + timeout
         while True:
@@ -114,13 +114,13 @@ class RunningDaemon:
 def stop_daemon(rec: DaemonRecord) -> None:
     """Stop by request; if that fails, end that one pid (never by name)."""
     try:
-        with ControlClient(rec, "pytest-teardown", timeout=5) as c:
+        with ControlClient(rec, "pytest-teardown", timeout=15) as c:
             c.request(Stop(), timeout=30)
     except Exception:  # noqa: BLE001, S110 - gone already, or unresponsive: ended by pid below
         pass
     try:
         p = psutil.Process(rec.pid)
-        p.wait(timeout=15)
+        p.wait(timeout=30)
     except psutil.NoSuchProcess:
         return
     except psutil.TimeoutExpired:
@@ -131,7 +131,7 @@ def stop_daemon(rec: DaemonRecord) -> None:
 def start_daemon(
     state_dir: Path, nodes: int = 4, policy: str = "easy", kill_wait: float = 1.0, extra: list[str] | None = None
 ) -> RunningDaemon:
-    rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
+    rec = start_detached(state_dir, nodes, policy, kill_wait, timeout=60, extra=extra)  # 20 s: short on a loaded CI
     return RunningDaemon(state_dir, rec, nodes)
 
 
@@ -176,7 +176,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+def wait_until(pred, timeout: float = 30.0, step: float = 0.05) -> bool:
+    """Whether `pred` came true within `timeout`: a condition, never a measure of speed. The
+    defaults here (and wait_event's, read_pid's, wait_gone's) leave room for a loaded 2-core CI
+    machine, where a daemon or a Python process takes seconds to start."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -185,7 +188,7 @@ def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
     return pred()
 
 
-def wait_gone(pid: int, timeout: float = 10.0) -> None:
+def wait_gone(pid: int, timeout: float = 30.0) -> None:
     """Until the process is gone and reaped; one that went before we looked is gone too
     (psutil.Process raises for it: a killed daemon is detached, and init may reap it first)."""
     try:
@@ -194,7 +197,7 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
         pass
 
 
-def read_pid(f: Path, timeout: float = 10.0) -> int:
+def read_pid(f: Path, timeout: float = 30.0) -> int:
     """The pid a test process wrote to `f`, once it is there whole.
 
     Test processes write their pid with a plain `echo $$ > f` or `write_text`: the file exists,

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import RunningDaemon, wait_until, write_job
+from conftest import RunningDaemon, read_pid, wait_until, write_job
 from elastic_protocol.framing import LineSocket
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,7 +41,7 @@ def _job(d: RunningDaemon, folder: Path) -> tuple[int, LineSocket]:
         time_limit = "2"
     '''))
     secret = folder / "secret"
-    assert wait_until(lambda: secret.exists() and secret.read_text() != "", 10)
+    assert wait_until(lambda: secret.exists() and secret.read_text() != "", 30)
     io = LineSocket(socket.create_connection((d.record.app_host, d.record.app_port), timeout=15), 8192)
     for line, reply in ((f"hello 1 {jid} {secret.read_text()}", b"ok hello 1"), ("register", b"ok register")):
         io.send_line(line.encode())
@@ -66,6 +66,7 @@ def _answer(io: LineSocket, line: str) -> str:
 def test_a_shrink_may_give_back_the_first_host_and_a_grown_may_list_hosts_in_any_order(
         daemon: RunningDaemon, workdir: Path) -> None:
     jid, io = _job(daemon, workdir)
+    first = read_pid(workdir / "up-node1")  # written after the secret: maybe not yet
     try:
         order = _order(daemon, io, jid, 2)
         oid = order[2].split("=")[1]
@@ -73,8 +74,8 @@ def test_a_shrink_may_give_back_the_first_host_and_a_grown_may_list_hosts_in_any
         info = daemon.wait_event(jid, "shrunk")
         assert info["hosts"] == ["node2", "node4"]
         # The processes there ended, the first host's (index 0) too, and the hosts are free.
-        assert wait_until(lambda: _gone(int((workdir / "up-node1").read_text())), 10)
-        assert wait_until(lambda: {n["name"]: n["state"] for n in _nodes(daemon)}["node1"] == "idle", 10)
+        assert wait_until(lambda: _gone(first), 30)
+        assert wait_until(lambda: {n["name"]: n["state"] for n in _nodes(daemon)}["node1"] == "idle", 30)
         assert (daemon.state_dir / "jobs" / str(jid) / "hostfile").read_text() == "node2\nnode4\n"
 
         order = _order(daemon, io, jid, 4)
@@ -86,7 +87,7 @@ def test_a_shrink_may_give_back_the_first_host_and_a_grown_may_list_hosts_in_any
     finally:
         io.close()
     (workdir / "finish").touch()
-    daemon.wait([jid], timeout=20)
+    daemon.wait([jid], timeout=60)
 
 
 def _nodes(d: RunningDaemon) -> list[dict]:
@@ -119,4 +120,4 @@ def test_a_defer_time_with_an_exponent_is_refused_as_malformed_and_a_plain_decim
     finally:
         io.close()
     (workdir / "finish").touch()
-    daemon.wait([jid], timeout=20)
+    daemon.wait([jid], timeout=60)

@@ -57,7 +57,8 @@ class App:
     """The application's side of the channel, as a client written from the spec has it."""
 
     def __init__(self, d: RunningDaemon, folder: Path, job_id: int) -> None:
-        assert wait_until(lambda: (folder / "secret").exists(), 10)
+        # write_text makes the file before it writes the secret: wait for its content.
+        assert wait_until(lambda: (folder / "secret").exists() and (folder / "secret").read_text() != "", 30)
         s = socket.create_connection((d.record.app_host, d.record.app_port), timeout=15)
         self.io = LineSocket(s, 8192)
         self.unasked: list[str] = []
@@ -115,7 +116,7 @@ def _registered_with_a_shrink_open(d: RunningDaemon, folder: Path, to: int) -> t
 
 def _finish(d: RunningDaemon, folder: Path, jid: int) -> None:
     (folder / "finish").touch()
-    d.wait([jid], timeout=20)
+    d.wait([jid], timeout=60)
     assert d.job(jid)["state"] == "COMPLETED"
 
 
@@ -143,8 +144,8 @@ def test_an_order_settled_while_the_connection_was_down_is_told_at_register_and_
     d = daemon_2s
     jid, app, oid = _registered_with_a_shrink_open(d, workdir, 3)
     app.drop()
-    d.wait_event(jid, "deadline_missed", timeout=10)
-    assert wait_until(lambda: d.job(jid)["hosts"] == ["node1", "node2", "node3"], 10)
+    d.wait_event(jid, "deadline_missed", timeout=30)
+    assert wait_until(lambda: d.job(jid)["hosts"] == ["node1", "node2", "node3"], 30)
 
     again = App(d, workdir, jid)
     assert again.ask("register") == "ok register"
@@ -248,15 +249,15 @@ def test_the_library_reconnects_after_a_drop_inside_its_handler_and_its_answer_i
         d.wait_event(jid, "registered")
         assert d.cli("elasticd", "resize", "--no-wait", str(jid), "2").returncode == 0
         events = workdir / "events.log"
-        assert wait_until(lambda: "pre_shrink 2" in events.read_text(), 10)
+        assert wait_until(lambda: "pre_shrink 2" in events.read_text(), 30)
         cutter.cut()  # the handler is inside pre_shrink; its answer goes on a new connection
-        info = d.wait_event(jid, "shrunk", timeout=20)
+        info = d.wait_event(jid, "shrunk", timeout=60)
         assert info["hosts"] == ["node1", "node2"]
         assert "order_failed" not in d.events(jid) and "deadline_missed" not in d.events(jid)
         assert d.events(jid).count("registered") == 2
-        assert wait_until(lambda: "post_shrink 2 node3,node4" in events.read_text(), 10)
+        assert wait_until(lambda: "post_shrink 2 node3,node4" in events.read_text(), 30)
         (workdir / "finish").touch()
-        d.wait([jid], timeout=20)
+        d.wait([jid], timeout=60)
         assert d.job(jid)["state"] == "COMPLETED"
         # The library's view and the daemon's agree.
         assert events.read_text().splitlines()[-1] == "finished hosts=node1,node2"

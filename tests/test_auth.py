@@ -40,7 +40,7 @@ def secret_job(d: RunningDaemon, folder: Path, nodes: str = "1", kind: str = "ri
     r = d.cli("esubmit", "--parsable", str(path))
     assert r.returncode == 0, r.stderr
     job_id = int(r.stdout)
-    assert wait_until((folder / "secret").exists, 15), "the job never started"
+    assert wait_until((folder / "secret").exists, 30), "the job never started"
     info = d.job(job_id)
     return job_id, (folder / "secret").read_text(), info["hosts"]
 
@@ -85,7 +85,7 @@ def control_refused(d: RunningDaemon, first_line: bytes) -> dict:
 def logged_refusal(d: RunningDaemon, channel: str, port: int, text: str) -> bool:
     """The refusal is in the daemon's log with the peer's address and port."""
     pattern = re.compile(rf"{channel}: refused 127\.0\.0\.1:{port}: .*{re.escape(text)}")
-    return wait_until(lambda: pattern.search((d.state_dir / "daemon.log").read_text()) is not None, 5)
+    return wait_until(lambda: pattern.search((d.state_dir / "daemon.log").read_text()) is not None, 30)
 
 
 def assert_running(d: RunningDaemon, *job_ids: int) -> None:

@@ -46,8 +46,9 @@ def test_c_client_registers_obeys_shrink_and_grow_and_exits(daemon: RunningDaemo
     # The event's hosts, not the job's: the client ends right after its second order.
     grown = next(e for e in info["events"] if e["event"] == "grown")
     assert grown["hosts"] == ["node1", "node2", "node3", "node4"]
-    assert (workdir / "pid-node3-1").exists() and (workdir / "pid-node4-1").exists()
-    daemon.wait([jid], timeout=20)
+    # The grow's processes write these as they start, which may be after `grown`.
+    assert wait_until(lambda: (workdir / "pid-node3-1").exists() and (workdir / "pid-node4-1").exists(), 30)
+    daemon.wait([jid], timeout=60)
     info = daemon.job(jid)
     assert info["state"] == "COMPLETED", info
     assert "deregistered" in [e["event"] for e in info["events"]]

@@ -32,7 +32,7 @@ def _waiting_job(d: RunningDaemon, folder: Path, nodes: str = "1", kind: str = "
         time_limit = "2"
     """))
     secret = folder / "secret"
-    assert wait_until(lambda: secret.exists() and secret.read_text().strip() != "", 10)
+    assert wait_until(lambda: secret.exists() and secret.read_text().strip() != "", 30)
     return jid, secret.read_text().strip()
 
 

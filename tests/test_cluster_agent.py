@@ -30,7 +30,7 @@ def spawn(tmp: Path, argv: list[str], token: str, out: str = "out.txt") -> str:
     return answer
 
 
-def wait_file(path: Path, timeout: float = 10) -> str:
+def wait_file(path: Path, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"no {path}"

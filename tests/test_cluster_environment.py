@@ -94,7 +94,7 @@ def restartable(start: str, tmp_path: Path) -> str:
 def kill_9(d: RunningDaemon) -> None:
     """The daemon killed as the OOM killer or an operator would: no stop, no cleanup."""
     os.kill(d.record.pid, signal.SIGKILL)
-    wait_gone(d.record.pid, 10)
+    wait_gone(d.record.pid, 30)
 
 
 def kill_and_restart(d: RunningDaemon, salloc: subprocess.Popen[bytes], tmp_path: Path, name: str) -> RunningDaemon:
@@ -175,7 +175,7 @@ def test_after_kill_9_and_a_lost_journal_no_process_is_left_on_a_node_called_idl
     d = cluster_daemon(vcluster, state, "node[1-3]")
     try:
         rigid = d.submit(rigid_job(work, 2))
-        assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 20)
+        assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING", 60)
         hosts = d.job(rigid)["hosts"]
         pids = {h: pid_file(work, f"pid-rigid-{h}") for h in hosts}
         assert all(node_of(pid) == h for h, pid in pids.items())
@@ -196,7 +196,7 @@ def test_after_kill_9_and_a_lost_journal_no_process_is_left_on_a_node_called_idl
 
         # The next job is placed on clean nodes and runs.
         again = d.submit(rigid_job(work, 3, name="again"))
-        assert wait_until(lambda: d.job(again)["state"] == "RUNNING", 20)
+        assert wait_until(lambda: d.job(again)["state"] == "RUNNING", 60)
         assert d.cli("ecancel", str(again)).returncode == 0
         d.wait([again], timeout=30)
     finally:

@@ -145,7 +145,7 @@ def test_two_spawn_mode_mpi_jobs_on_disjoint_nodes_of_an_allocation_run_at_once(
             d.wait_event(b, "registered", timeout=40)
             assert set(d.job(a)["hosts"]).isdisjoint(d.job(b)["hosts"])
             # Both compute at the same moment, each on its own node.
-            assert wait_until(lambda: bool(ranks_by_node(d, a)) and bool(ranks_by_node(d, b)), 20), \
+            assert wait_until(lambda: bool(ranks_by_node(d, a)) and bool(ranks_by_node(d, b)), 60), \
                 (ranks_by_node(d, a), ranks_by_node(d, b))
             # mpirun reached the nodes over ssh: no Slurm job step holds the allocation's CPUs.
             steps = subprocess.run(["squeue", "-h", "-s", "-o", "%i %j", "-n", "mpi-two"], env=vcluster.env(),

@@ -85,7 +85,7 @@ def test_after_kill_9_ssh_jobs_rigid_malleable_and_mpi_are_taken_over_and_end_on
         # 10 under load); the test waits for its end after everything else.
         mpi = d.submit(jacobi_job(work, "mpi", "spawn", "1", 0.03, points=2000, iterations=500, time_limit="3",
                                   mpi_fields=f"ranks_per_node = 2, mpirun_args = {args}"))
-        assert wait_until(lambda: d.job(mpi)["state"] == "RUNNING" and d.job(rigid)["state"] == "RUNNING", 20)
+        assert wait_until(lambda: d.job(mpi)["state"] == "RUNNING" and d.job(rigid)["state"] == "RUNNING", 60)
         mall = d.submit(malleable_job(work))  # the one node left
         d.wait_event(mall, "registered", timeout=30)
         rigid_host = d.job(rigid)["hosts"][0]
@@ -133,7 +133,7 @@ def test_a_node_unreachable_when_the_daemon_restarts_is_a_node_failure_and_is_sw
     d = cluster_daemon(vcluster, state, "node[1-3]", extra=opts)
     try:
         ids = [d.submit(waiting_job(work, f"r{i}", 0)) for i in range(3)]
-        assert wait_until(lambda: all(d.job(j)["state"] == "RUNNING" for j in ids), 20)
+        assert wait_until(lambda: all(d.job(j)["state"] == "RUNNING" for j in ids), 60)
         by_host = {d.job(j)["hosts"][0]: j for j in ids}
         lost_job = by_host["node3"]
         name = f"r{ids.index(lost_job)}"
@@ -175,7 +175,7 @@ def test_after_kill_9_srun_steps_are_taken_over_and_end_once_with_their_status(
         try:
             rigid = d.submit(waiting_job(work, "rigid", 5))
             other = d.submit(waiting_job(work, "other", 0))
-            assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING" == d.job(other)["state"], 20)
+            assert wait_until(lambda: d.job(rigid)["state"] == "RUNNING" == d.job(other)["state"], 60)
             mall = d.submit(malleable_job(work))  # the one node left
             d.wait_event(mall, "registered", timeout=40)
             rigid_pid = pid_file(work, f"pid-rigid-{d.job(rigid)['hosts'][0]}")

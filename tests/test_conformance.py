@@ -53,7 +53,7 @@ def _job(d: RunningDaemon, folder: Path, sc: Scenario) -> dict[str, str]:
     ''')
     jid = d.submit(path)
     secret = folder / f"secret-{jid}"
-    assert wait_until(lambda: secret.exists() and secret.read_text().strip() != "", 15), d.job(jid)
+    assert wait_until(lambda: secret.exists() and secret.read_text().strip() != "", 30), d.job(jid)
     hosts = d.job(jid)["hosts"]
     return {"job": str(jid), "secret": secret.read_text().strip(), **{f"h{i}": h for i, h in enumerate(hosts, 1)}}
 
@@ -71,7 +71,7 @@ def _resize(d: RunningDaemon, job_id: int, nodes: int) -> None:
             errors.append(str(exc))
             return False
 
-    assert wait_until(order, 15), errors[-1:]
+    assert wait_until(order, 30), errors[-1:]
 
 
 def _play(d: RunningDaemon, sc: Scenario, values: dict[str, str]) -> None:

@@ -76,7 +76,7 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
                 d.cli("elasticd", "resize", "--no-wait", str(refuse), "2")  # refused while the policy orders
             return job["state"] == "RUNNING" and job["nodes"] == 2
 
-        assert wait_until(on_two_nodes, 20, step=0.2), d.events(refuse)
+        assert wait_until(on_two_nodes, 60, step=0.2), d.events(refuse)
         # Refused by the application, then a missed deadline.
         # `elasticd resize` waits for the outcome: a refusal is an error, saying so.
         r = d.cli("elasticd", "resize", str(refuse), "1")
@@ -84,13 +84,13 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
         assert f"job {refuse}: the resize to 1 nodes did not happen: refused" in r.stderr
         d.wait_event(refuse, "refused")
         hang = d.submit(recorder_job(folders["hang"], "hang", "{ min = 1, max = 1 }"))
-        d.wait([timeout_job], timeout=20)
+        d.wait([timeout_job], timeout=60)
         assert d.job(timeout_job)["state"] == "TIMEOUT"
         # The crash.
         os.kill(d.record.pid, signal.SIGKILL)
-        wait_gone(d.record.pid, 10)
+        wait_gone(d.record.pid, 30)
         d = start_daemon(state_dir, nodes=5, policy="malleable", extra=extra)
-        d.wait_event(normal, "registered", count=2, timeout=20)
+        d.wait_event(normal, "registered", count=2, timeout=60)
         for name, jid in (("normal", normal), ("refuse", refuse), ("hang", hang)):
             finish(d, folders[name], jid)
     finally:
@@ -268,10 +268,10 @@ def test_history_across_kill_9_restarts_and_clean_stops_is_replayed_and_a_run_re
         d, jid = resized_job(state, folder, 4, "easy", 2)
         runs.append(jid)
         os.kill(d.record.pid, signal.SIGKILL)  # the crash: the job runs on
-        wait_gone(d.record.pid, 10)
+        wait_gone(d.record.pid, 30)
         d = start_daemon(state, nodes=4, policy=policy_after)
         try:
-            d.wait_event(jid, "registered", count=2, timeout=20)
+            d.wait_event(jid, "registered", count=2, timeout=60)
             d.resize(jid, 1)
             d.wait_event(jid, "shrunk", count=2)
             finish(d, folder, jid)

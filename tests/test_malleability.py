@@ -46,7 +46,7 @@ def app_log(folder: Path) -> list[str]:
 
 def finish(d: RunningDaemon, folder: Path, job_id: int, state: str = "COMPLETED") -> dict:
     (folder / "finish").touch()
-    d.wait([job_id], timeout=20)
+    d.wait([job_id], timeout=60)
     info = d.job(job_id)
     assert info["state"] == state, info
     return info
@@ -159,8 +159,8 @@ def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: Run
     d.wait_event(jid, "registered")
     node4 = pid_of(workdir, "node4")
     assert resize(d, jid, 3, "--no-wait").returncode == 0
-    info = d.wait_event(jid, "deadline_missed", timeout=10)
-    info = d.wait_event(jid, "shrunk", timeout=10)
+    info = d.wait_event(jid, "deadline_missed", timeout=30)
+    info = d.wait_event(jid, "shrunk", timeout=30)
     events = [e["event"] for e in info["events"]]
     assert events.index("shrink_ordered") < events.index("deadline_missed") < events.index("shrunk"), events
     assert info["hosts"] == ["node1", "node2", "node3"]
@@ -200,7 +200,7 @@ def test_evolving_request_is_granted_when_nodes_are_free_and_queued_otherwise(da
     info = daemon.wait_event(jid, "released")
     assert info["hosts"] == ["node1", "node2"]
     blocker = daemon.submit(write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 2\nworking_dir = "."\n'))
-    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 5)
+    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 30)
     (workdir / "request-1").touch()
     daemon.wait_event(jid, "requested")
     assert daemon.job(jid)["hosts"] == ["node1", "node2"]  # nothing free: waits
@@ -221,7 +221,7 @@ def test_application_that_dies_during_a_resize_leaves_the_daemon_consistent(
     assert r.returncode == 1 and "did not happen: deadline missed" in r.stderr, r.stderr
     info = daemon.wait_event(jid, "deadline_missed")
     assert "order_failed" not in daemon.events(jid)
-    assert wait_until(lambda: daemon.job(jid)["hosts"] == ["node1", "node2"], 10)
+    assert wait_until(lambda: daemon.job(jid)["hosts"] == ["node1", "node2"], 30)
     info = finish(daemon, workdir, jid, state="FAILED")
     assert info["exit"] == "7:0"
     status = daemon.cli("elasticd", "status")
@@ -300,7 +300,7 @@ def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_
         working_dir = "."
         time_limit = "2"
     """))
-    assert wait_until(lambda: (workdir / "secret").exists() and (workdir / "secret").read_text().strip() != "", 10)
+    assert wait_until(lambda: (workdir / "secret").exists() and (workdir / "secret").read_text().strip() != "", 30)
     secret = (workdir / "secret").read_text().strip()
     io = _app_socket(daemon)
     io.send_line(f"hello 1 {jid} {secret}".encode())
@@ -320,7 +320,7 @@ def test_registered_connection_that_sends_garbage_is_closed_and_the_job_runs_on_
     log = (daemon.state_dir / "daemon.log").read_text()
     assert "too many bad lines" in log
     assert daemon.cli("ecancel", str(jid)).returncode == 0
-    daemon.wait([jid], timeout=20)
+    daemon.wait([jid], timeout=60)
 
 
 def test_resize_to_the_size_a_job_already_has_returns_at_once_and_sends_no_order(
@@ -348,7 +348,7 @@ def test_an_evolving_jobs_waiting_request_is_its_requested_count_in_the_queue_do
     daemon.wait_event(jid, "registered")
     assert daemon.job(jid)["requested"] == 0
     blocker = daemon.submit(write_job(workdir, "b", 'name = "b"\ncommand = ["sleep", "60"]\nnodes = 3\nworking_dir = "."\n'))
-    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 5)
+    assert wait_until(lambda: daemon.job(blocker)["state"] == "RUNNING", 30)
     (workdir / "request-2").touch()
     info = daemon.wait_event(jid, "requested")
     assert info["requested"] == 2 and info["hosts"] == ["node1"]

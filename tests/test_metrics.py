@@ -72,7 +72,7 @@ def test_metrics_agree_with_equeue_and_status_and_count_resizes_by_outcome_and_c
                 and all(m[f'elastic_nodes{{state="{s}"}}'] == n for s, n in by_node.items())
                 and m.get('elastic_resizes_total{cause="user",outcome="shrunk"}') == 1.0)
 
-    assert wait_until(agree, 10), scrape(port)
+    assert wait_until(agree, 30), scrape(port)
     m = scrape(port)
     assert m['elastic_jobs{state="RUNNING"}'] == 1 and m['elastic_jobs{state="PENDING"}'] == 1
     assert m["elastic_submitted_total"] == 2

@@ -83,10 +83,10 @@ def test_cancelled_mpi_job_leaves_no_rank_running(daemon: RunningDaemon, workdir
         working_dir = "."
         time_limit = "1"
     '''))
-    assert wait_until(lambda: sum(len(v) for v in job_ranks(jid, daemon.state_dir).values()) == 2, 20), job_ranks(jid, daemon.state_dir)
+    assert wait_until(lambda: sum(len(v) for v in job_ranks(jid, daemon.state_dir).values()) == 2, 60), job_ranks(jid, daemon.state_dir)
     r = daemon.cli("ecancel", str(jid))
     assert r.returncode == 0, r.stderr
-    daemon.wait([jid], timeout=20)
+    daemon.wait([jid], timeout=60)
     assert daemon.job(jid)["state"] == "CANCELLED"
     assert job_ranks(jid, daemon.state_dir) == {}
 

@@ -50,17 +50,17 @@ def grow_then_shrink(d: RunningDaemon, folder: Path, mode: str) -> tuple[int, st
     hold = folder / f"hold-{mode}"
     hold.touch()
     jid = d.submit(jacobi(folder, mode, mode, "{ min = 2, max = 4 }", 0.004, hold))
-    d.wait_event(jid, "registered", timeout=20)
+    d.wait_event(jid, "registered", timeout=60)
     assert d.job(jid)["hosts"] == ["node3", "node4"] or d.job(jid)["nodes"] == 2
     assert d.cli("ecancel", str(filler)).returncode == 0
-    d.wait([filler], timeout=20)
+    d.wait([filler], timeout=60)
     d.resize(jid, 4)
     d.wait_event(jid, "grown", timeout=30)
     if mode == "restart":
         d.wait_event(jid, "registered", count=2, timeout=30)
     hosts = d.job(jid)["hosts"]
     assert len(hosts) == 4
-    assert wait_until(lambda: all(job_ranks(jid, d.state_dir).get(h) for h in hosts), 20), job_ranks(jid, d.state_dir)
+    assert wait_until(lambda: all(job_ranks(jid, d.state_dir).get(h) for h in hosts), 60), job_ranks(jid, d.state_dir)
     grown_on = sorted(job_ranks(jid, d.state_dir))
     d.resize(jid, 2)
     info = d.wait_event(jid, "shrunk", timeout=30)

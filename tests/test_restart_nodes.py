@@ -36,7 +36,7 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
     assert sorted(on) == ["node1", "node2", "node3", "node4"]
     pids = {h: read_pid(tmp_path / f"pid-{h}") for h in on}
     os.kill(d.record.pid, signal.SIGKILL)
-    wait_gone(d.record.pid, 10)
+    wait_gone(d.record.pid, 30)
 
     refused = d.cli("elasticd", "start", "--local", "2", "--kill-wait", "1", timeout=60)
     assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -59,7 +59,7 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
         info = d.job(jid)
         if host in ("node3", "node4"):
             assert info["state"] == "NODE_FAIL", info
-            assert wait_until(lambda p=pids[host]: not alive(p), 15), f"process of job {jid} on {host} left"
+            assert wait_until(lambda p=pids[host]: not alive(p), 30), f"process of job {jid} on {host} left"
         else:
             assert info["state"] == "RUNNING" and info["hosts"] == [host], info
             assert alive(pids[host])

@@ -60,7 +60,7 @@ def test_elasticd_stop_gives_each_process_of_a_running_job_one_sigterm(
     pids = started(tmp_path, 4)
     r = d.cli("elasticd", "stop")
     assert r.returncode == 0, r.stderr
-    assert wait_until(lambda: len(lines(tmp_path, "terms")) >= len(pids), 10)
+    assert wait_until(lambda: len(lines(tmp_path, "terms")) >= len(pids), 30)
     assert_one_sigterm_each(tmp_path, pids)
 
 

@@ -83,7 +83,7 @@ def test_synthetic_job_costs_almost_no_cpu(daemon: RunningDaemon, workdir: Path)
     import psutil
 
     jid = daemon.submit(synthetic_job(workdir, 8.0, "linear", "4"))
-    daemon.wait_event(jid, "registered", timeout=10)
+    daemon.wait_event(jid, "registered", timeout=60)
     procs = []
     for p in psutil.process_iter(["cwd", "environ"]):
         try:

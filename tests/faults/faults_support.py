@@ -45,7 +45,7 @@ def cli(state_dir: Path, tool: str, *args: str, timeout: float = 60) -> subproce
 
 def kill9(d: RunningDaemon) -> None:
     os.kill(d.record.pid, signal.SIGKILL)
-    wait_gone(d.record.pid, 10)
+    wait_gone(d.record.pid, 30)
 
 
 def start(daemons: list[RunningDaemon], state_dir: Path, **kw: object) -> RunningDaemon:

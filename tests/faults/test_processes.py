@@ -16,7 +16,7 @@ import psutil
 import pytest
 from faults_support import cli, start
 
-from conftest import BIN, FreezableFs, alive, wait_until, write_job
+from conftest import BIN, FreezableFs, alive, read_pid, wait_until, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,9 +44,9 @@ def test_a_job_that_ignores_sigterm_is_killed_exactly_kill_wait_later(tmp_path: 
     d = start(daemons, tmp_path / "state", nodes=1, kill_wait=2.0)
     jid = d.submit(job(tmp_path, "stubborn", "trap '' TERM; echo ready; sleep 60"))
     d.wait_event(jid, "launched")
-    assert wait_until(lambda: (tmp_path / "stubborn.out").exists() and "ready" in (tmp_path / "stubborn.out").read_text())
+    assert wait_until(lambda: (tmp_path / "stubborn.out").exists() and "ready" in (tmp_path / "stubborn.out").read_text(), 30)
     assert d.cli("ecancel", str(jid)).returncode == 0
-    d.wait([jid], timeout=15)
+    d.wait([jid], timeout=30)
     info = d.job(jid)
     assert info["state"] == "CANCELLED" and info["exit"] == "0:9", info  # SIGKILLed, and says so
     # From the cancel taken to the end seen, on the daemon's clock (the ecancel CLI's own
@@ -78,9 +78,9 @@ def test_processes_a_job_detaches_end_with_the_job(tmp_path: Path, daemons: list
     escaped = int(pids.read_text())
     assert alive(escaped)
     go.touch()
-    d.wait([jid], timeout=20)
+    d.wait([jid], timeout=60)
     assert d.job(jid)["state"] == "COMPLETED"
-    assert wait_until(lambda: not alive(escaped), 5), f"process {escaped} escaped its job"
+    assert wait_until(lambda: not alive(escaped), 30), f"process {escaped} escaped its job"
     log = (tmp_path / "state" / "daemon.log").read_text()
     assert f"containment of job processes: {mode}" in log or mode == "cgroup" and "sweep" in log
 
@@ -103,7 +103,7 @@ def test_an_unwritable_output_folder_fails_the_launch_and_leaves_the_daemon_resp
     os.chmod(ro / "sub", 0o500)
     d = start(daemons, tmp_path / "state", nodes=1, kill_wait=1.0)
     bad = d.submit(job(tmp_path, "cannot", "true", output="ro/nothere/out.txt"))
-    d.wait([bad], timeout=15)
+    d.wait([bad], timeout=60)
     info = d.job(bad)
     assert info["state"] == "FAILED" and "cannot open output file" in (info["reason"] or ""), info
     assert info["exit"] == "1:0"
@@ -127,7 +127,7 @@ def test_stop_returns_within_kill_wait_and_five_seconds_with_jobs_that_ignore_si
     r = cli(d.state_dir, "elasticd", "stop")
     assert r.returncode == 0, r.stderr
     assert time.time() - stop_taken_at(d.state_dir) < 2.0 + 5
-    assert not psutil.pid_exists(d.record.pid) or psutil.Process(d.record.pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(d.record.pid)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -137,7 +137,7 @@ def test_elasticd_run_stopped_by_a_signal_ends_its_daemon_and_jobs(tmp_path: Pat
     run = subprocess.Popen([str(BIN / "elasticd"), "run", str(tmp_path), "--local", "1", "--kill-wait", "1"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert wait_until(lambda: marker.exists() and marker.read_text().strip(), 20)
+        assert wait_until(lambda: marker.exists() and marker.read_text().strip(), 30)
         job_pid = int(marker.read_text().split()[0])
         daemon = [p for p in psutil.Process(run.pid).children(recursive=False)] or []
         run.send_signal(sig)
@@ -146,9 +146,9 @@ def test_elasticd_run_stopped_by_a_signal_ends_its_daemon_and_jobs(tmp_path: Pat
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert run.returncode == 128 + sig, (out, err)
-    assert wait_until(lambda: not alive(job_pid), 5), "the batch's job outlived `elasticd run`"
+    assert wait_until(lambda: not alive(job_pid), 30), "the batch's job outlived `elasticd run`"
     for p in daemon:
-        assert wait_until(lambda p=p: not alive(p.pid), 10), "the batch's daemon outlived `elasticd run`"
+        assert wait_until(lambda p=p: not alive(p.pid), 30), "the batch's daemon outlived `elasticd run`"
 
 
 def _read_fifo(path: Path) -> str:
@@ -193,9 +193,8 @@ def test_a_job_waiting_for_its_fifos_reader_is_cancelled_by_sigterm_leaving_no_p
     d = start(daemons, tmp_path / "state", nodes=1, kill_wait=60.0)
     jid = d.submit(job(tmp_path, "unread", "echo never read", output=fifo.name))
     d.wait_event(jid, "launched")
-    pid_file = next((tmp_path / "state" / "jobs").glob(f"{jid}/proc-*.pid"))
-    assert wait_until(lambda: pid_file.read_text().strip().isdigit())
-    group = int(pid_file.read_text())
+    # The wrapper writes its pid once it runs, which may be after `launched`.
+    group = read_pid(tmp_path / "state" / "jobs" / str(jid) / "proc-node1.pid")
     assert d.cli("ecancel", str(jid)).returncode == 0
     d.wait([jid], timeout=30)  # half the kill-wait: SIGTERM alone ended it
     info = d.job(jid)
@@ -254,7 +253,7 @@ def test_an_output_file_on_a_hung_file_system_holds_only_its_own_launch(
     assert f"cannot open output file {out}: no answer from its file system within 3 s" in (info["reason"] or ""), info
     freezable_fs.thaw()
     daemon = psutil.Process(d.record.pid)
-    assert wait_until(lambda: out.exists() and not any(f.path == str(out) for f in daemon.open_files()), 10)
+    assert wait_until(lambda: out.exists() and not any(f.path == str(out) for f in daemon.open_files()), 30)
 
 
 def test_a_job_cancelled_while_its_grow_waits_on_a_hung_file_system_ends_and_frees_its_nodes(
