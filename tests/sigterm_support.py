@@ -14,7 +14,7 @@ COUNTER = Path(__file__).parent / "apps" / "sigterm_counter.py"
 
 
 def counter_job(folder: Path, nodes: str, *, kind: str = "rigid", time_limit: str = "2",
-                env: dict[str, str] | None = None) -> Path:
+                env: dict[str, str] | None = None, launcher: str = "host") -> Path:
     """A job of the counter in `folder` (each process writes `starts` and `terms` there)."""
     env_toml = ", ".join(f'{k} = "{v}"' for k, v in (env or {}).items())
     return write_job(folder, "counter", f'''
@@ -22,6 +22,7 @@ def counter_job(folder: Path, nodes: str, *, kind: str = "rigid", time_limit: st
         command = ["{sys.executable}", "{COUNTER}"]
         nodes = {nodes}
         kind = "{kind}"
+        launcher = "{launcher}"
         working_dir = "{folder}"
         output = "counter-%N.out"
         time_limit = "{time_limit}"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RunningDaemon, alive, start_daemon, wait_until
+from mpi_support import mpi_skip_reason
 from sigterm_support import assert_one_sigterm_each, counter_job, lines, started
 
 pytestmark = pytest.mark.timeout(120)
@@ -81,3 +82,22 @@ def test_a_shrink_gives_the_released_hosts_processes_one_sigterm_and_the_others_
     d.wait([jid], timeout=30)
     assert d.job(jid)["state"] == "COMPLETED", d.job(jid)
     assert_one_sigterm_each(tmp_path, released)  # and the host that stayed got none
+
+
+def test_a_cancelled_mpi_job_gets_one_sigterm_per_rank(
+        tmp_path: Path, daemons: list[RunningDaemon]) -> None:
+    """mpirun passes its SIGTERM on to the ranks, those beside it too: the launcher sends
+    them none of its own (it sent the ranks a second one, through their tag beside mpirun
+    and through its sweep for ranks left behind elsewhere), and kills only what is left
+    after the kill-wait."""
+    reason = mpi_skip_reason(need_mpi4py=False)
+    if reason:
+        pytest.skip(reason)
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=10.0)
+    jid = d.submit(counter_job(tmp_path, "2", launcher="mpi", env={"LINGER": "1"}))
+    pids = started(tmp_path, 4)  # per host: the rank and its child
+    assert sorted(pids.values()) == ["node1", "node1", "node2", "node2"], pids
+    assert d.cli("ecancel", str(jid)).returncode == 0
+    d.wait([jid], timeout=40)
+    assert d.job(jid)["state"] == "CANCELLED", d.job(jid)
+    assert_one_sigterm_each(tmp_path, pids)

@@ -38,7 +38,13 @@ class Launcher(Protocol):
 
     async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None: ...
 
-    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None: ...
+    async def terminate(self, job_id: int, hosts: tuple[str, ...], passes_on: bool = False) -> None:
+        """End the job's processes on `hosts`: one SIGTERM each, SIGKILL after the kill-wait.
+        `passes_on`: the command passes its SIGTERM on to the processes it detached (mpirun
+        to its ranks), so they are not sent one of their own (a second SIGTERM is, for many
+        applications, "quit now, skip the checkpoint"); what is left at the kill-wait is
+        killed all the same."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -182,6 +182,8 @@ class _LocalJob:
     # Ended (cancel, limit, stop) while a launch was still on its way (its file-system
     # checks run in a thread): the processes that launch starts are ended as they appear.
     terminating: bool = False
+    # Its command passes a SIGTERM on to the processes it detached (Launcher.terminate).
+    passes_on: bool = False
 
 
 def group_members(pgids: set[int]) -> list[psutil.Process]:
@@ -520,8 +522,9 @@ class LocalLauncher:
         (or tag) and the wrapper all reach the same processes: signalled through each, the
         command would get three or four (README: Containment). The group is signalled as
         one (a process it forks meanwhile gets it too), and of the cgroup's or tag's members
-        only those outside the group (detached), one by one."""
-        detached = self.contain.members(job.job_id, hp.host)
+        only those outside the group (detached), one by one; none of those when the command
+        passes its SIGTERM on to them (Launcher.terminate)."""
+        detached = set() if job.passes_on else self.contain.members(job.job_id, hp.host)
         if hp.pgid > 0:
             detached = {pid for pid in detached if _pgid(pid) not in (hp.pgid, None)}
             signal_groups({hp.pgid}, signal.SIGTERM)
@@ -555,11 +558,12 @@ class LocalLauncher:
                 job.term_sent.pop(hp.host, None)
         await call_back(self.on_hosts_gone, job_id, list(hosts))
 
-    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
+    async def terminate(self, job_id: int, hosts: tuple[str, ...], passes_on: bool = False) -> None:
         job = self._jobs.get(job_id)
         if job is None:
             return
         job.terminating = True
+        job.passes_on = passes_on
         await self._end(job, [job.procs[h] for h in hosts if h in job.procs])
 
     def pgids(self, job_id: int) -> dict[str, int]:

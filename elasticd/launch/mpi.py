@@ -373,10 +373,17 @@ class MpiLauncher:
             log.warning("MPI rank scan on %s failed: %s", host, err.decode(errors="replace").strip()[-200:])
         return [int(x) for x in out.split()]
 
-    async def _clear(self, run: _MpiRun, hosts: list[str], wait: float, ranks_only: bool = True) -> bool:
-        """Give the ranks on `hosts` `wait` seconds to leave, end what stays; True if none is left."""
+    async def _clear(self, run: _MpiRun, hosts: list[str], wait: float, ranks_only: bool = True,
+                     term: bool = True) -> bool:
+        """Give the ranks on `hosts` `wait` seconds to leave, end what stays; True if none is left.
+
+        With `term` False what stays is killed without a SIGTERM first: mpirun passed its own
+        on to them, and a second one is where a checkpointing application gives up its
+        checkpoint and quits at once."""
         loop = asyncio.get_running_loop()
-        for sig, patience in ((0, wait), (signal.SIGTERM, self.kill_wait), (signal.SIGKILL, 5.0)):
+        stages = ((0, wait), (signal.SIGTERM, self.kill_wait), (signal.SIGKILL, 5.0)) if term \
+            else ((0, wait), (signal.SIGKILL, 5.0))
+        for sig, patience in stages:
             if sig:
                 await self._signal(run, hosts, sig, ranks_only)
             deadline = loop.time() + patience
@@ -388,8 +395,8 @@ class MpiLauncher:
                     break
                 await asyncio.sleep(0.1)
             if sig == 0 and wait > 0:
-                log.warning("job %d: ranks still on released hosts after %.1f s: %s; ending them",
-                            run.job_id, wait, left)
+                log.warning("job %d: ranks still on %s after %.1f s: %s; ending them",
+                            run.job_id, "released hosts" if term else "its hosts after mpirun's SIGTERM", wait, left)
         log.error("job %d: ranks left on %s after SIGKILL", run.job_id, left)
         return False
 
@@ -407,15 +414,17 @@ class MpiLauncher:
             log.info("job %d: verified no MPI rank left on %s", job_id, ",".join(hosts))
         await call_back(self.on_hosts_gone, job_id, list(hosts))
 
-    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
+    async def terminate(self, job_id: int, hosts: tuple[str, ...], passes_on: bool = False) -> None:
         run = self.runs.get(job_id)
         if run is None:
-            await self.base.terminate(job_id, hosts)
+            await self.base.terminate(job_id, hosts, passes_on)
             return
         run.ending = True
-        await self.base.terminate(job_id, tuple(run.hosts[:1]))
-        # A killed mpirun may leave ranks spinning: end every process of the run.
-        await self._clear(run, self._all_hosts(run), 0.0, ranks_only=False)
+        # mpirun passes its SIGTERM on to every rank, those beside it included.
+        await self.base.terminate(job_id, tuple(run.hosts[:1]), passes_on=True)
+        # A killed mpirun may leave ranks spinning: every process of the run still there once
+        # the ranks had kill_wait to act on the SIGTERM mpirun passed on to them is killed.
+        await self._clear(run, self._all_hosts(run), self.kill_wait, ranks_only=False, term=False)
 
     def _all_hosts(self, run: _MpiRun) -> list[str]:
         return run.hosts + [n for n in self.nodes if n not in run.hosts]

@@ -496,7 +496,9 @@ class SSHLauncher:
         if job is not None:
             self._maybe_done(job)
 
-    async def terminate(self, job_id: int, hosts: tuple[str, ...]) -> None:
+    async def terminate(self, job_id: int, hosts: tuple[str, ...], passes_on: bool = False) -> None:
+        # passes_on changes nothing here: the node monitors signal the job's process groups
+        # alone, never the processes detached from them (an MPI run's ranks get mpirun's).
         job = self._jobs.get(job_id)
         if job is None:
             return
