@@ -25,13 +25,15 @@ def fill(path: Path, leave: int = 0) -> Path:
     filler = path / "filler"
     st = os.statvfs(path)
     size = max(0, st.f_bavail * st.f_frsize - leave)
-    with open(filler, "wb") as f:
+    # Unbuffered: a write the disk refuses leaves nothing in a buffer for the close to try
+    # again (it raised ENOSPC out of the `with` when the daemon wrote meanwhile and the disk
+    # filled before `size` bytes were in).
+    with open(filler, "wb", buffering=0) as f:
         block = b"\0" * 65536
         try:
             while size > 0:
                 f.write(block[: min(len(block), size)])
                 size -= len(block)
-            f.flush()
             os.fsync(f.fileno())
         except OSError:
             pass
