@@ -692,6 +692,12 @@ class Core:
 
     def _check_own_hosts(self, job: Job, hosts: list[str]) -> None:
         """Reject naming a host the job does not hold, or is already giving back."""
+        if not job.leaving:
+            # The hosts it got last (every shrink's answer): its own, as its host list is
+            # what the node table says it holds; told without a lookup per host.
+            k = len(hosts)
+            if k and job.hosts[-k:] == hosts:
+                return
         if not self.nodes.not_held(job.job_id, hosts) and job.leaving.isdisjoint(hosts):
             return
         holds = self.nodes.holds

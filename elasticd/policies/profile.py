@@ -56,10 +56,12 @@ class FreeProfile:
         """`releases`: (time, nodes) that come back at `time` (times before now count as now)."""
         self.now = now
         merged: dict[float, int] = {}
-        for t, n in releases:
+        get = merged.get
+        for t, n in releases:  # a map per pass, over every running job's releases
             if n:
-                t = max(t, now)
-                merged[t] = merged.get(t, 0) + n
+                if now > t:  # noqa: PLR1730  # max(t, now), without the call
+                    t = now
+                merged[t] = get(t, 0) + n
         free = free_now + merged.pop(now, 0)
         times = [now]
         values = [free]

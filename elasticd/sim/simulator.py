@@ -39,7 +39,7 @@ from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob
 
-_SUBMIT, _END, _WAKE, _LIMIT, _REGISTER = 0, 1, 2, 3, 4
+_END, _WAKE, _LIMIT, _REGISTER = 1, 2, 3, 4
 _SHRINK = OrderKind.SHRINK
 # The history entries an outcome's sizes are read from (nodes are held from a grow order on:
 # they are allocated then), and which of them are counted as shrinks or expansions.
@@ -50,7 +50,7 @@ _SIZE_POINT: dict[str, int] = {
 }
 MAX_PASSES_PER_INSTANT = 8
 LIMIT_TIE = 1e-6
-_NO_FULL_COLLECTIONS = 1_000_000_000  # gc threshold2 during a run: see Simulation.run
+_NO_OLDER_COLLECTIONS = 1_000_000_000  # gc threshold1 and threshold2 during a run: see Simulation.run
 
 
 @dataclass(frozen=True)
@@ -175,19 +175,26 @@ class Simulation:
         CPython's collector of reference cycles rescans its oldest generation each time the
         objects that outlive young collections grow by a quarter; a simulation keeps every
         job's record to the end, so those full scans, over ever more records, cost a third
-        of a long run (3.3 of 8.8 s on theta-2023 repeated 8x). During the run only the young
-        generations are collected: the cycles a pass makes are short-lived and go with them
-        (peak memory is the same), and the oldest generation is left to the end."""
+        of a long run (3.3 of 8.8 s on theta-2023 repeated 8x). During the run only the
+        youngest generation is collected: the cycles a pass makes are short-lived and go with
+        it (peak memory is the same; a whole run of Avg leaves a few hundred objects in
+        cycles), and the older generations, which only scan again what outlived it (most of
+        it the jobs' records, 2 % of a run of Avg), are left to the end."""
         young, middle, oldest = gc.get_threshold()
-        gc.set_threshold(young, middle, max(oldest, _NO_FULL_COLLECTIONS))
+        gc.set_threshold(young, max(middle, _NO_OLDER_COLLECTIONS), max(oldest, _NO_OLDER_COLLECTIONS))
         try:
             return self._run()
         finally:
             gc.set_threshold(young, middle, oldest)
 
     def _run(self) -> list[JobOutcome]:
-        for i, j in enumerate(self.jobs):
-            self._push(j.submit, _SUBMIT, i)
+        # Submissions are read in (time, index) order from a sorted list rather than the
+        # heap: they are known in advance, and at an instant they come before everything
+        # else (in a heap they would carry the lowest sequence numbers). The heap then holds
+        # only the timers of running jobs, a few hundred entries rather than the whole trace.
+        jobs = self.jobs
+        submits = sorted(range(len(jobs)), key=lambda i: jobs[i].submit)  # stable: ties by index
+        next_submit = 0
         interval = getattr(self.policy, "min_resize_interval", None)
         events = self._events
         core = self.core
@@ -198,10 +205,18 @@ class Simulation:
         apply = self._apply
         heappop = heapq.heappop
         pass_due = ev.PassDue
-        while events:
-            now = events[0][0]
+        while events or next_submit < len(submits):
+            now = events[0][0] if events else math.inf
             happened = False
             limits: list[int] = []
+            while next_submit < len(submits) and jobs[submits[next_submit]].submit <= now:
+                j = jobs[submits[next_submit]]
+                now = j.submit
+                next_submit += 1
+                jid = core.next_job_id
+                handle(ev.Submitted(now, jid, _spec(j)))
+                self._sim_of[jid] = j
+                happened = True
             while events and events[0][0] == now:
                 _, seq, kind, a = heappop(events)
                 if kind == _END:
@@ -212,12 +227,6 @@ class Simulation:
                 elif kind == _LIMIT:
                     if fires(now, seq, kind, a, limit_due, limit_carried):
                         limits.append(a)
-                elif kind == _SUBMIT:
-                    j = self.jobs[a]
-                    jid = core.next_job_id
-                    core.handle(ev.Submitted(now, jid, _spec(j)))
-                    self._sim_of[jid] = j
-                    happened = True
                 elif kind == _REGISTER:
                     if core.jobs[a].state.holds_nodes:
                         core.handle(ev.Registered(now, a))
@@ -325,22 +334,27 @@ class Simulation:
 
     def _outcomes(self) -> list[JobOutcome]:
         out = []
+        jobs = self.core.jobs
+        point_of = _SIZE_POINT.get
         for jid, j in self._sim_of.items():
-            job = self.core.jobs[jid]
+            job = jobs[jid]
             shrinks = expands = 0
             sizes: list[tuple[float, int]] = []
-            for e in job.events:
-                point = _SIZE_POINT.get(e[1])  # (time, kind, nodes, ...): read by index
+            add = sizes.append
+            for e in job.events:  # (time, kind, nodes, ...): read by index
+                point = point_of(e[1])
                 if point is None:
                     continue
-                if point == _ENDED:
-                    sizes.append((e[0], 0))
-                    continue
-                if point == _COUNT_SHRINK:
-                    shrinks += 1
-                elif point == _COUNT_EXPAND:
-                    expands += 1
-                sizes.append((e[0], e[2]))
+                if point == _SIZE:
+                    add((e[0], e[2]))
+                elif point == _ENDED:
+                    add((e[0], 0))
+                else:
+                    if point == _COUNT_SHRINK:
+                        shrinks += 1
+                    else:
+                        expands += 1
+                    add((e[0], e[2]))
             out.append(JobOutcome(j.job_id, job.submit_time, job.start_time, job.end_time, j.nodes,
                                   job.node_seconds, j.malleable, shrinks, expands, job.state.value,
                                   tuple(sizes)))

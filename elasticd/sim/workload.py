@@ -90,10 +90,11 @@ class MalleabilityRule:
 
 def _largest_with_efficiency(s: SpeedupModel, cap: int, threshold: float) -> int:
     """Efficiency falls with n for both models: binary search the last n meeting it."""
+    speedup = s.speedup  # a dozen probes, twice per malleable job of a trace
     lo, hi = 1, cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if s.speedup(mid) / mid >= threshold:
+        if speedup(mid) / mid >= threshold:
             lo = mid
         else:
             hi = mid - 1

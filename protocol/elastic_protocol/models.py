@@ -114,16 +114,21 @@ class WorkProgress:
         q.size, q.last, q.frozen_until = self.size, self.last, self.frozen_until
         return q
 
+    # max(a, b) is written `b if b > a else a` below (what max returns, without the call):
+    # the simulator advances a job's progress several times per resize.
     def advance(self, now: float) -> None:
-        start = max(self.last, self.frozen_until)
+        last, frozen = self.last, self.frozen_until
+        start = frozen if frozen > last else last  # noqa: FURB136
         if now > start:
             self.remaining -= self.model.speedup(self.size) * (now - start)
-        self.last = max(self.last, now)
+        if now > last:
+            self.last = now
 
     def resize(self, new_size: int, now: float) -> None:
         """Change size at `now`; progress stops for the reconfiguration cost."""
         self.advance(now)
-        self.frozen_until = max(now, self.frozen_until) + self.cost.seconds(self.size, new_size)
+        frozen = self.frozen_until
+        self.frozen_until = (frozen if frozen > now else now) + self.cost.seconds(self.size, new_size)  # noqa: FURB136
         self.size = new_size
 
     def end_time(self, now: float) -> float:
@@ -131,7 +136,8 @@ class WorkProgress:
         self.advance(now)
         if self.remaining <= 0:
             return now
-        return max(now, self.frozen_until) + self.remaining / self.model.speedup(self.size)
+        frozen = self.frozen_until
+        return (frozen if frozen > now else now) + self.remaining / self.model.speedup(self.size)  # noqa: FURB136
 
 
 def predicted_runtime(
