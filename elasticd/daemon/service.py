@@ -265,6 +265,14 @@ class Daemon:
         cfg = self.config
         control = ControlServer(self)
         app = AppServer(self)
+        # No pass before the running jobs are taken back (_recover): the servers listen and
+        # the launcher reaches its nodes first, and a pass then (an application reconnecting
+        # asks for one) would see a node not yet found unreachable as idle and a job whose
+        # processes the launcher has not taken over yet: in cluster mode it ordered that job
+        # onto that node, failed to start there ("no running processes to join"), freed the
+        # node and ordered it again, hundreds of times a second until the node's connect
+        # timed out.
+        self._recovering = True
         ports = self._restore()
         # The segment opens before anything can feed the core (the launcher's start reports the
         # nodes it cannot reach): its events must follow the header that a replay builds on.

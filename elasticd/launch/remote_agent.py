@@ -56,12 +56,41 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+# A record's size on disk, allocated before the job starts (_reserve): the exit status is then
+# written into space the node's /tmp already gave, and a /tmp that filled up meanwhile cannot
+# lose it (the job would pass for FAILED 255, its status unknown).
+_RECORD_BYTES = 64
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+
+def _reserve(path: str) -> int:
+    """PATH.tmp created with _RECORD_BYTES of blanks; its fd. Raises OSError (ENOSPC) when
+    the status directory cannot hold it: nothing must start that could not be recorded."""
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        if os.write(fd, b" " * _RECORD_BYTES) != _RECORD_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    except OSError:
+        os.close(fd)
+        _unlink_quietly(path + ".tmp")
+        raise
+    return fd
+
+
+def _commit(fd: int, path: str, text: str) -> None:
+    """Write TEXT over the blanks _reserve wrote (no new space needed) and put it in place."""
+    data = text.encode()
+    try:
+        os.pwrite(fd, data + b" " * (_RECORD_BYTES - len(data)), 0)
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _report(fd: int, text: str) -> None:
@@ -179,13 +208,30 @@ def _monitor(req: dict[str, Any], report_fd: int) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)  # from here on nothing ties us to the SSH channel
     status_dir, token = req["status_dir"], req["token"]
-    os.makedirs(status_dir, mode=0o700, exist_ok=True)
+    run_path, st_path = os.path.join(status_dir, token + ".run"), os.path.join(status_dir, token + ".st")
+    try:
+        os.makedirs(status_dir, mode=0o700, exist_ok=True)
+        run_fd = _reserve(run_path)
+        try:
+            st_fd = _reserve(st_path)
+        except OSError:
+            os.close(run_fd)
+            _unlink_quietly(run_path + ".tmp")
+            raise
+    except OSError as exc:
+        # Said before anything starts: a job started here could be neither tracked nor ended.
+        _report(report_fd, f"error cannot record the job's processes in {status_dir} on {os.uname().nodename}: "
+                           f"{exc.strerror}")
+        return
     # The same files where they are opened, here or in the child (after its chdir).
     req = {**req, "out": os.path.abspath(req["out"]), "err": os.path.abspath(req["err"])}
     try:
         out_fd = _open_output(req["out"])
         err_fd = out_fd if req["err"] == req["out"] else _open_output(req["err"])
     except OSError as exc:
+        for fd, path in ((run_fd, run_path), (st_fd, st_path)):
+            os.close(fd)
+            _unlink_quietly(path + ".tmp")
         _report(report_fd, f"error cannot open output file {exc.filename}: {exc.strerror}")
         return
     fail_r, fail_w = os.pipe2(os.O_CLOEXEC)
@@ -193,6 +239,8 @@ def _monitor(req: dict[str, Any], report_fd: int) -> None:
     if child == 0:
         os.close(fail_r)
         os.close(report_fd)
+        os.close(run_fd)
+        os.close(st_fd)
         _exec_child(req, out_fd, err_fd, fail_w)
     os.close(fail_w)
     failure = b""
@@ -204,9 +252,24 @@ def _monitor(req: dict[str, Any], report_fd: int) -> None:
     os.close(fail_r)
     if failure:
         os.waitpid(child, 0)
+        for fd, path in ((run_fd, run_path), (st_fd, st_path)):
+            os.close(fd)
+            _unlink_quietly(path + ".tmp")
         _report(report_fd, "error " + failure.decode("utf-8", "replace"))
         return
-    _write_atomic(os.path.join(status_dir, token + ".run"), f"{child} {os.getpid()}\n")
+    try:
+        _commit(run_fd, run_path, f"{child} {os.getpid()}\n")
+    except OSError as exc:
+        # Unrecorded, the job could not be found again: it does not run on untracked.
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(child, 0)
+        os.close(st_fd)
+        _unlink_quietly(st_path + ".tmp")
+        _report(report_fd, f"error cannot record the job's process in {status_dir}: {exc.strerror}")
+        return
     _report(report_fd, f"ok {child}")
     for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
@@ -220,7 +283,7 @@ def _monitor(req: dict[str, Any], report_fd: int) -> None:
         code, signum = 0, os.WTERMSIG(status)
     else:
         code, signum = os.WEXITSTATUS(status), 0
-    _write_atomic(os.path.join(status_dir, token + ".st"), f"{code} {signum}\n")
+    _commit(st_fd, st_path, f"{code} {signum}\n")
 
 
 def spawn() -> None:

@@ -641,9 +641,22 @@ class SSHLauncher:
 
     async def _watch_heartbeats(self) -> None:
         step = max(0.2, min(self.options.heartbeat, self.options.node_timeout / 4))
+        last_tick = time.monotonic()
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
+            unheard = now - last_tick - step
+            last_tick = now
+            if unheard > step:
+                # The daemon itself was not running (SIGSTOP, a swapped or overloaded node):
+                # no heartbeat could be read meanwhile, and the ones the nodes sent are still
+                # in the sockets. That silence is the daemon's, not the nodes': it does not
+                # count, or a pause longer than node_timeout ends every job as NODE_FAIL.
+                if unheard > 1.0:
+                    log.warning("ssh: the daemon did not run for %.1f s; the nodes' silence meanwhile is not "
+                                "counted against them", unheard)
+                for link in self._links.values():
+                    link.last_heard += unheard
             for host, link in self._links.items():
                 if link.up and now - link.last_heard > self.options.node_timeout:
                     self._host_failed(host, f"no heartbeat for {now - link.last_heard:.1f} s")

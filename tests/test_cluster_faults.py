@@ -1,0 +1,187 @@
+"""Faults an operator meets in cluster mode (`--launcher ssh` on deploy/vcluster.sh's nodes),
+each found from outside: the daemon paused longer than the node timeout, a node whose /tmp
+(where the node monitors record the job's processes) is full, and a restart with a node
+that cannot be reached while a malleable job could grow onto it. Needs root and the
+packages, as tests/test_cluster_vcluster.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningDaemon, stop_daemon, wait_until, write_job
+from elasticd.daemonctl import start_detached
+from elasticd.statedir import state_tag
+from test_cluster_environment import kill_9
+from test_cluster_vcluster import (  # noqa: F401 - the fixture
+    NODES,
+    VCluster,
+    assert_no_job_process_left,
+    cluster_daemon,
+    job_processes,
+    node_states,
+    recorder_job,
+    rigid_job,
+    set_link,
+    vcluster,
+)
+
+
+def gated_job(folder: Path, name: str, nodes: int) -> Path:
+    """Runs on every host until the file `go-NAME` appears, then exits 0."""
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "while [ ! -e go-{name} ]; do sleep 0.1; done; exit 0"]
+        nodes = {nodes}
+        working_dir = "."
+        output = "{name}-%N.out"
+        time_limit = "3"
+    ''')
+
+
+# ---- the daemon paused ---------------------------------------------------------------------
+@pytest.mark.timeout(150)
+def test_a_daemon_paused_longer_than_the_node_timeout_keeps_its_jobs_and_nodes(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    # A swapped or stopped login node: the nodes went on sending heartbeats, which wait in
+    # the sockets. The silence was the daemon's; it ended every job as NODE_FAIL.
+    work = tmp_path / "work"
+    work.mkdir()
+    d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]", extra=["--node-timeout", "3"])
+    try:
+        jid = d.submit(rigid_job(work, 3))
+        assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 60), d.job(jid)
+        os.kill(d.record.pid, signal.SIGSTOP)
+        try:
+            time.sleep(20)  # the fault itself, as long as a swapped login node's pause
+        finally:
+            os.kill(d.record.pid, signal.SIGCONT)
+        log = d.state_dir / "daemon.log"
+        # The first heartbeat check after the pause has run once the daemon says so (fixed),
+        # or once the job was ended for it (the bug).
+        assert wait_until(lambda: "did not run for" in log.read_text() or d.job(jid)["state"] != "RUNNING", 30)
+        assert d.job(jid)["state"] == "RUNNING", d.job(jid)
+        # And the nodes' heartbeats are heard again: nothing is declared down later either.
+        assert not wait_until(lambda: d.job(jid)["state"] != "RUNNING", 6), d.job(jid)
+        assert node_states(d) == dict.fromkeys(NODES, "allocated")
+        assert d.cli("ecancel", str(jid)).returncode == 0
+        d.wait([jid], timeout=30)
+        assert d.job(jid)["state"] == "CANCELLED"
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+# ---- a node's /tmp full ----------------------------------------------------------------------
+@contextlib.contextmanager
+def small_tmpfs(path: Path) -> Iterator[Path]:
+    """A 16 KiB file system mounted on PATH (the nodes share this machine's mounts)."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=700", "tmpfs", str(path)], check=True, timeout=10)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, timeout=10)
+
+
+def fill(fs: Path) -> None:
+    """Every byte of the file system taken."""
+    with contextlib.suppress(OSError), open(fs / "filler", "ab", buffering=0) as f:
+        while True:
+            f.write(b"\0" * 4096)
+    assert os.statvfs(fs).f_bavail == 0
+
+
+@pytest.mark.timeout(150)
+def test_a_full_tmp_on_a_node_starts_nothing_untracked_there_and_loses_no_exit_status(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    d = cluster_daemon(vcluster, state, "node[1-3]")
+    status_dir = Path(f"/tmp/elastic-{os.getuid()}-{state_tag(state)}/node2")
+    try:
+        with small_tmpfs(status_dir) as fs:
+            # Full before the start: the launch fails, naming why, and nothing runs on node2
+            # (the job's command ran there on untracked, the node called idle).
+            fill(fs)
+            failed = d.submit(rigid_job(work, 3, "early"))
+            d.wait([failed], timeout=60)
+            info = d.job(failed)
+            assert info["state"] == "FAILED", info
+            assert_no_job_process_left()
+            assert "cannot record the job's processes" in (info["reason"] or ""), info
+            assert node_states(d) == dict.fromkeys(NODES, "idle")
+            # Full while the job runs: its exit status still reaches the daemon (it passed for
+            # FAILED 255:0, status unknown).
+            (fs / "filler").unlink()
+            jid = d.submit(gated_job(work, "late", 3))
+            assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 60), d.job(jid)
+            fill(fs)
+            (work / "go-late").touch()
+            d.wait([jid], timeout=60)
+            info = d.job(jid)
+            assert (info["state"], info["exit"]) == ("COMPLETED", "0:0"), info
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+# ---- a restart with a node out of reach --------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_a_restart_with_a_node_out_of_reach_orders_nothing_onto_it_before_its_jobs_are_taken_back(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    # The application reconnects while the restarted daemon still waits for the node's SSH
+    # connect to time out: a pass then saw the node idle and the job not yet taken over, and
+    # ordered it onto the node, failed, freed it, ordered again, hundreds of times a second.
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    opts = ["--hosts", "node[1-3]", "--ssh-config", str(vcluster.ssh_config), "--connect-timeout", "8",
+            "--node-timeout", "3", "--node-retry", "1", "--min-resize-interval", "0"]
+
+    def start() -> RunningDaemon:
+        return RunningDaemon(state, start_detached(state, None, "malleable", 2.0, extra=opts, timeout=60), len(NODES))
+
+    d = start()
+    try:
+        jid = d.submit(recorder_job(work, "{ min = 1, max = 3, preferred = 1 }"))
+        d.wait_event(jid, "grown", timeout=60)
+        assert wait_until(lambda: d.job(jid)["hosts"] == list(NODES) and d.job(jid)["state"] == "RUNNING", 60), \
+            d.job(jid)
+        set_link("node3", False)
+        try:
+            # The job goes on without node3 (a registered malleable job above its minimum),
+            # its application connected: it reconnects to the restarted daemon at once.
+            d.wait_event(jid, "node_failed", timeout=30)
+            assert wait_until(lambda: d.job(jid)["hosts"] == ["node1", "node2"] and d.job(jid)["state"] == "RUNNING",
+                              30), d.job(jid)
+            seen = len(d.job(jid)["events"])
+            kill_9(d)
+            d = start()
+            # Taken over on the nodes it holds, and not once ordered onto the one out of reach.
+            info = d.job(jid)
+            assert info["state"] == "RUNNING" and info["hosts"] == ["node1", "node2"], info
+            assert node_states(d)["node3"] == "down"
+            since = [e for e in info["events"][seen:] if e["event"] in ("grow_ordered", "order_failed", "node_failed")]
+            assert since == [], f"{len(since)} event(s) after the restart, the first {since[:3]}"
+        finally:
+            set_link("node3", True)
+        # Back: the job may grow onto it again.
+        assert wait_until(lambda: d.job(jid)["hosts"] == list(NODES), 60), d.job(jid)
+        assert d.cli("ecancel", str(jid)).returncode == 0
+        d.wait([jid], timeout=30)
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+    assert job_processes() == []
