@@ -73,7 +73,7 @@ _T = TypeVar("_T")
 # output file the command's process cannot open after all ends it with status 2 (the
 # shell's, for a failed redirection) before the command runs.
 _WRAPPER = (
-    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; echo $$ > "$2"; s=$3; o=$4; e=$5; shift 5; '
+    '[ -n "$1" ] && echo $$ > "$1/cgroup.procs"; printf "%-10s\\n" $$ 1<>"$2"; s=$3; o=$4; e=$5; shift 5; '
     "trap : TERM HUP INT; "
     '{ if [ -n "$o" ]; then exec >>"$o"; fi; '
     'if [ -n "$e" ] && [ "$e" = "$o" ]; then exec 2>&1; elif [ -n "$e" ]; then exec 2>>"$e"; fi; '
@@ -93,17 +93,20 @@ def proc_files(job_dir: Path, host: str) -> tuple[Path, Path]:
 
 
 STATUS_BLANK = " " * 7 + "\n"
+PID_BLANK = " " * 10 + "\n"  # a pid (at most 4194304 on Linux), left-aligned
 
 
 def fresh_proc_files(job_dir: Path, host: str) -> tuple[Path, Path]:
-    """The pid and status files of a process about to start on `host`: a stale pid file (the
-    host was the job's before: shrunk, grown back) removed, and the status file written
-    blank at its full size now, while there is room, for the wrapper to fill in place
-    (`1<>`, no truncation): on a file system that filled up while the job ran, a status
-    written as a new file came out empty, and the job's end (FAILED 0:9) was read after a
-    restart as processes lost (NODE_FAIL)."""
+    """The pid and status files of a process about to start on `host`, both written blank
+    at their full size now, while there is room, for the wrapper to fill in place (`1<>`,
+    no truncation; a stale pid of an earlier process on the host, shrunk and grown back, is
+    blanked with it). On a file system that filled up while the job ran, a status written
+    as a new file came out empty, and the job's end (FAILED 0:9) was read after a restart
+    as processes lost (NODE_FAIL); a pid file written as a new file by a wrapper that ran
+    just after the disk filled came out empty too, and a restart could not find the
+    running process at all: NODE_FAIL, and the process ran on untracked."""
     pid_file, status_file = proc_files(job_dir, host)
-    pid_file.unlink(missing_ok=True)
+    pid_file.write_text(PID_BLANK)
     status_file.write_text(STATUS_BLANK)
     return pid_file, status_file
 
