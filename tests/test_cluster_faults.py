@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import state_tag
 from test_cluster_environment import kill_9
@@ -185,3 +185,40 @@ def test_a_restart_with_a_node_out_of_reach_orders_nothing_onto_it_before_its_jo
         stop_daemon(d.record)
     assert_no_job_process_left()
     assert job_processes() == []
+
+
+# ---- processes that leave the job's process group ------------------------------------------
+@pytest.mark.timeout(150)
+def test_processes_that_leave_the_job_process_group_end_with_the_job_on_its_node(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    # `setsid` (or a double fork) leaves the process group the node monitor ends: the process
+    # ran on after the job's end and after a cancel, on a node shown idle, until a restart's
+    # sweep. It carries the job's tag, by which the monitor now ends it with the group.
+    work = tmp_path / "work"
+    work.mkdir()
+    d = cluster_daemon(vcluster, tmp_path / "state", "node[1-2]")
+    try:
+        jobs = {}
+        for name, main in (("ends", f"while [ ! -e {work}/go ]; do sleep 0.1; done"), ("cancelled", "exec sleep 600")):
+            jobs[name] = d.submit(write_job(work, name, f'''
+                name = "{name}"
+                command = ["sh", "-c", "setsid sh -c 'echo $$ > {work}/stray-{name}; exec sleep 600' & {main}"]
+                nodes = 1
+                working_dir = "."
+                output = "{name}-%N.out"
+                time_limit = "3"
+            '''))
+        strays = {name: read_pid(work / f"stray-{name}", 60) for name in jobs}
+        assert all(alive(p) for p in strays.values())
+        (work / "go").touch()
+        d.wait([jobs["ends"]], timeout=60)
+        assert d.job(jobs["ends"])["state"] == "COMPLETED", d.job(jobs["ends"])
+        assert not alive(strays["ends"]), "a process that left the group outlived the job's end"
+        assert d.cli("ecancel", str(jobs["cancelled"])).returncode == 0
+        d.wait([jobs["cancelled"]], timeout=60)
+        assert d.job(jobs["cancelled"])["state"] == "CANCELLED", d.job(jobs["cancelled"])
+        assert not alive(strays["cancelled"]), "a process that left the group outlived the cancel"
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()

@@ -13,10 +13,14 @@ Roles:
   watch DIR HB          print `exit TOKEN CODE SIGNAL` for every status file that appears in
                         DIR (`? ?` when a monitor died without one), and `hb` every HB
                         seconds; ends when its stdin closes (the SSH channel went away)
-  end GRACE WAIT DIR TOKEN:PGID...
+  end GRACE WAIT DIR [tag=TAG/JOB/HOST] [passes-on] TOKEN:PGID...
                         let the groups exit for GRACE s, SIGTERM them, SIGKILL what is left
                         after WAIT s; print `st TOKEN CODE SIGNAL` per token, then `gone`,
-                        or `left PID...` if something survived SIGKILL
+                        or `left PID...` if something survived SIGKILL. With a tag, the
+                        job's processes on this node that left its groups (setsid, double
+                        fork) and carry ELASTIC_TAG=TAG/JOB/HOST are ended with them, each
+                        sent one SIGTERM (none with passes-on: the command passes its own
+                        on to them, as mpirun does to its ranks)
   procs DIR JOB...      the processes recorded in DIR for these jobs (tokens JOB.*), oldest
                         first: `proc TOKEN PGID CODE SIGNAL`, with `- -` while the monitor
                         still waits for it and `? ?` when the monitor died without a
@@ -358,21 +362,49 @@ def _sleep_while_members(pgids: set[int], seconds: float) -> bool:
     return True
 
 
+def _strays(tag: str | None, pgids: set[int]) -> set[int]:
+    """The job's live processes on this node outside its process groups, by their tag."""
+    if tag is None:
+        return set()
+    prefix, job, host = tag.rsplit("/", 2)
+    found = _tagged(f"ELASTIC_TAG={prefix}/".encode(), f"/{host}".encode(), set())
+    members = set(_members(pgids))
+    return {pid for pid, j in found.items() if j == job and pid not in members}
+
+
 def end(grace: str, wait: str, status_dir: str, items: list[str]) -> None:
     tokens = {}
+    tag: str | None = None
+    passes_on = False
     for item in items:
+        if item.startswith("tag="):
+            tag = item[len("tag="):]
+            continue
+        if item == "passes-on":
+            passes_on = True
+            continue
         token, _, pgid = item.partition(":")
         tokens[token] = int(pgid)
     pgids = set(tokens.values())
-    if not _sleep_while_members(pgids, float(grace)):
-        _signal_groups(pgids, signal.SIGTERM)
-        if not _sleep_while_members(pgids, float(wait)):
-            for _ in range(100):
-                if not _members(pgids):
-                    break
-                _signal_groups(pgids, signal.SIGKILL)
-                time.sleep(0.02)
-    left = _members(pgids)
+    gone = _sleep_while_members(pgids, float(grace))
+    strays = _strays(tag, pgids)
+    if not gone or strays:
+        # One SIGTERM each: the groups as one, what left them one by one.
+        if not gone:
+            _signal_groups(pgids, signal.SIGTERM)
+        if not passes_on:
+            _signal_pids(strays, signal.SIGTERM)
+        deadline = time.monotonic() + float(wait)
+        while (_members(pgids) or _strays(tag, pgids)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for _ in range(100):
+            strays = _strays(tag, pgids)
+            if not _members(pgids) and not strays:
+                break
+            _signal_groups(pgids, signal.SIGKILL)
+            _signal_pids(strays, signal.SIGKILL)
+            time.sleep(0.02)
+    left = _members(pgids) + sorted(_strays(tag, pgids))
     lines = []
     for token in tokens:
         st = os.path.join(status_dir, token + ".st")

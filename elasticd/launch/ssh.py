@@ -497,29 +497,35 @@ class SSHLauncher:
             self._maybe_done(job)
 
     async def terminate(self, job_id: int, hosts: tuple[str, ...], passes_on: bool = False) -> None:
-        # passes_on changes nothing here: the node monitors signal the job's process groups
-        # alone, never the processes detached from them (an MPI run's ranks get mpirun's).
         job = self._jobs.get(job_id)
         if job is None:
             return
         job.terminating = True
-        await self._end_procs([job.procs[h] for h in hosts if h in job.procs], 0.0, self.kill_wait)
+        await self._end_procs([job.procs[h] for h in hosts if h in job.procs], 0.0, self.kill_wait, passes_on)
         self._maybe_done(job)
 
-    async def _end_procs(self, procs: list[_RemoteProc], grace: float, wait: float) -> None:
+    async def _end_procs(self, procs: list[_RemoteProc], grace: float, wait: float, passes_on: bool = False) -> None:
         by_host: dict[str, list[_RemoteProc]] = {}
         for p in procs:
             by_host.setdefault(p.host, []).append(p)
-        await asyncio.gather(*(self._end_on_host(h, ps, grace, wait) for h, ps in by_host.items()))
+        await asyncio.gather(*(self._end_on_host(h, ps, grace, wait, passes_on) for h, ps in by_host.items()))
 
-    async def _end_on_host(self, host: str, procs: list[_RemoteProc], grace: float, wait: float) -> None:
-        """End the groups on one node and verify there that none of their members is left."""
+    async def _end_on_host(self, host: str, procs: list[_RemoteProc], grace: float, wait: float,
+                           passes_on: bool = False) -> None:
+        """End the groups on one node, and the job's processes that left them (by their tag),
+        and verify there that none of them is left."""
         link = self._links[host]
         if not link.up:
             for p in procs:
                 self._lose(link, p)
             return
-        args = [f"{grace:g}", f"{wait:g}", link.status_dir, *(f"{p.token}:{p.pgid}" for p in procs)]
+        args = [f"{grace:g}", f"{wait:g}", link.status_dir]
+        jobs = {self._tokens[p.token][0] for p in procs if p.token in self._tokens}
+        if self.tag and len(jobs) == 1:
+            args.append(f"tag={self.tag}/{jobs.pop()}/{host}")
+        if passes_on:
+            args.append("passes-on")
+        args += [f"{p.token}:{p.pgid}" for p in procs]
         try:
             lines = await self._call(host, "end", args, timeout=grace + wait + self.options.call_timeout)
         except HostUnreachable as exc:
