@@ -19,6 +19,7 @@ import pytest
 from conftest import RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from elasticd.statedir import state_tag
+from test_cluster_allocation import sleeper
 from test_cluster_environment import kill_9
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
     NODES,
@@ -32,18 +33,6 @@ from test_cluster_vcluster import (  # noqa: F401 - the fixture
     set_link,
     vcluster,
 )
-
-
-def gated_job(folder: Path, name: str, nodes: int) -> Path:
-    """Runs on every host until the file `go-NAME` appears, then exits 0."""
-    return write_job(folder, name, f'''
-        name = "{name}"
-        command = ["sh", "-c", "while [ ! -e go-{name} ]; do sleep 0.1; done; exit 0"]
-        nodes = {nodes}
-        working_dir = "."
-        output = "{name}-%N.out"
-        time_limit = "3"
-    ''')
 
 
 # ---- the daemon paused ---------------------------------------------------------------------
@@ -124,7 +113,7 @@ def test_a_full_tmp_on_a_node_starts_nothing_untracked_there_and_loses_no_exit_s
             # Full while the job runs: its exit status still reaches the daemon (it passed for
             # FAILED 255:0, status unknown).
             (fs / "filler").unlink()
-            jid = d.submit(gated_job(work, "late", 3))
+            jid = d.submit(sleeper(work, "late", 3))  # runs until go-late appears, then exits 0
             assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 60), d.job(jid)
             fill(fs)
             (work / "go-late").touch()
