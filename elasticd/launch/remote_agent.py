@@ -57,7 +57,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 # A record's size on disk, allocated before the job starts (_reserve): the exit status is then
@@ -362,13 +362,13 @@ def _sleep_while_members(pgids: set[int], seconds: float) -> bool:
     return True
 
 
-def _strays(tag: str | None, pgids: set[int]) -> set[int]:
-    """The job's live processes on this node outside its process groups, by their tag."""
+def _strays(tag: str | None, members: Collection[int]) -> set[int]:
+    """The job's live processes on this node outside its process groups (whose live
+    `members` are given: one /proc scan is enough), by their tag."""
     if tag is None:
         return set()
     prefix, job, host = tag.rsplit("/", 2)
     found = _tagged(f"ELASTIC_TAG={prefix}/".encode(), f"/{host}".encode(), set())
-    members = set(_members(pgids))
     return {pid for pid, j in found.items() if j == job and pid not in members}
 
 
@@ -387,7 +387,7 @@ def end(grace: str, wait: str, status_dir: str, items: list[str]) -> None:
         tokens[token] = int(pgid)
     pgids = set(tokens.values())
     gone = _sleep_while_members(pgids, float(grace))
-    strays = _strays(tag, pgids)
+    strays = _strays(tag, _members(pgids))
     if not gone or strays:
         # One SIGTERM each: the groups as one, what left them one by one.
         if not gone:
@@ -395,16 +395,19 @@ def end(grace: str, wait: str, status_dir: str, items: list[str]) -> None:
         if not passes_on:
             _signal_pids(strays, signal.SIGTERM)
         deadline = time.monotonic() + float(wait)
-        while (_members(pgids) or _strays(tag, pgids)) and time.monotonic() < deadline:
+        # The environments are read only once the groups are empty.
+        while (_members(pgids) or _strays(tag, ())) and time.monotonic() < deadline:
             time.sleep(0.02)
         for _ in range(100):
-            strays = _strays(tag, pgids)
-            if not _members(pgids) and not strays:
+            members = _members(pgids)
+            strays = _strays(tag, members)
+            if not members and not strays:
                 break
             _signal_groups(pgids, signal.SIGKILL)
             _signal_pids(strays, signal.SIGKILL)
             time.sleep(0.02)
-    left = _members(pgids) + sorted(_strays(tag, pgids))
+    members = _members(pgids)
+    left = members + sorted(_strays(tag, members))
     lines = []
     for token in tokens:
         st = os.path.join(status_dir, token + ".st")
