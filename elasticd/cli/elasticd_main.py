@@ -213,9 +213,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     else:
         return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
                     "stop it with `elasticd stop` or use another --state-dir")
-    from elasticd.daemon.statecheck import check, check_room
+    from elasticd.daemon.statecheck import check, room_to_start
 
-    check_room(state_dir)  # a full disk is named as such, before anything reads it as damage
+    # A full disk is named as such, before anything reads it as damage; a daemon's restart on
+    # one starts on the state directory's reserve (its jobs would otherwise run unwatched).
+    on_reserve = room_to_start(state_dir, use_reserve=not args.salvage and not args.no_journal)
+    if on_reserve is not None:
+        print(f"elasticd: {on_reserve}", file=sys.stderr)
     if not args.no_journal and not args.salvage:
         check(state_dir)  # refuse a state directory that held jobs but lost its journal
     if args.foreground:
@@ -248,6 +252,8 @@ def cmd_start(args: argparse.Namespace) -> int:
                   f"nodes this start leaves out (--drop-missing-nodes; the nodes are named in {state_dir / LOG_FILE})")
     if args.metrics_port:
         print(f"  metrics at http://{args.listen}:{args.metrics_port}/metrics")
+    if info.storage is not None:
+        print(f"  STATE DIRECTORY: {info.storage}")
     print(f"  state and log in {state_dir}")
     return 0
 

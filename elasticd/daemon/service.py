@@ -47,7 +47,7 @@ from elasticd.daemon.journal import Journal
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
-from elasticd.daemon.statecheck import salvage
+from elasticd.daemon.statecheck import make_reserve, reserve_note, salvage
 from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
@@ -228,6 +228,13 @@ class Daemon:
             else:
                 check_state_dir(config.state_dir)  # DamagedState: refuse rather than start afresh
         self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
+        # Set while the state directory has no reserve (given up to start on a full disk:
+        # statecheck.room_to_start) and no room to make it again: what room there is records
+        # the jobs the daemon holds; it takes no submission and starts nothing meanwhile.
+        self.reserve_missing: str | None = None
+        if config.journal and not make_reserve(config.state_dir):
+            self.reserve_missing = reserve_note(config.state_dir)
+            log.warning("%s", self.reserve_missing)
         # The history (events.jsonl), kept where the journal is and written after its commits.
         self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
         self._restored_at = self.now()
@@ -717,6 +724,8 @@ class Daemon:
         self.clock.call_at(self.now() + 1.0, self._refresh_metrics)
 
     def submit(self, spec: JobSpec) -> int:
+        if self._without_reserve() is not None:
+            raise StateWriteError(f"not taken: {self.reserve_missing}; nothing was queued")
         if self.core.pending_count >= self.config.max_queued_jobs:
             raise QueueFull(f"the queue holds {self.config.max_queued_jobs} pending jobs, its limit; "
                             "submit again once some have started")
@@ -967,9 +976,21 @@ class Daemon:
                             "submissions, answers and starts are refused meanwhile)")
         return "; ".join(p for p in problems if p) or None
 
+    def _without_reserve(self) -> str | None:
+        """Why submissions and starts wait: the state directory's reserve is missing and
+        cannot be made yet (statecheck.make_reserve). Once it can, they are taken again."""
+        if self.reserve_missing is None or not make_reserve(self.config.state_dir):
+            return self.reserve_missing
+        log.warning("state directory has room again: its reserve is made again; taking submissions")
+        self.reserve_missing = None
+        return None
+
     def _short_of_space(self) -> bool:
         """No job starts while the state directory's file system is nearly full: its journal,
         event log and the jobs' own output would be the next to fail."""
+        if self._without_reserve() is not None:
+            self.space_warning = self.reserve_missing
+            return True
         try:
             st = os.statvfs(self.config.state_dir)
         except OSError:

@@ -4,12 +4,14 @@ What must hold: a full disk is named as such, never taken for damage (and nothin
 aside for it); an application's answer that cannot be saved is a typed error the library
 retries, and the order is never settled with hosts the application did not name; a cancel
 is carried out and says what it could not save; a stop says what it could not save; jobs
-that cannot start say why."""
+that cannot start say why; a daemon killed on a full disk is started again before space is
+freed (on its reserve), and takes its running jobs back."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import pytest
 from faults_support import cli, fill, kill9, queue, sleeper, start
 
 from conftest import RunningDaemon, alive, of_job, read_pid, wait_until, write_job
+from elasticd.daemon.statecheck import RESERVE_BYTES, RESERVE_FILE
+from elasticd.statedir import read_record
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,8 +53,11 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_start_on_a_full_disk_says_the_disk_is_full_and_salvage_moves_nothing_aside(
+def test_a_start_on_a_full_disk_without_a_reserve_says_the_disk_is_full_and_salvage_moves_nothing_aside(
         tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    """A state directory without its reserve (made by a daemon older than it, or given up to
+    a start before) on a full disk: the start is refused, naming the full disk and the jobs
+    left unwatched meanwhile. A salvage never starts on the reserve."""
     state = tiny_fs / "state"
     work = tmp_path / "work"
     work.mkdir()
@@ -67,24 +74,111 @@ def test_a_start_on_a_full_disk_says_the_disk_is_full_and_salvage_moves_nothing_
             running = d.submit(sleeper(work, "running-again"))
             d.wait_event(running, "launched")
             kill9(d)
+        (state / RESERVE_FILE).unlink()
         filler = fill(tiny_fs)
         journal = state / "journal.db"
-        before = {f.name: digest(f) for f in state.glob("journal.db*")}
-        for args in ((), ("--salvage",)):
+        # The journal and its WAL, not the WAL's index (-shm), which any reader rebuilds.
+        before = {f.name: digest(f) for f in state.glob("journal.db*") if f.suffix != ".db-shm"}
+        for args in (("--salvage",), ()):
             r = cli(state, "elasticd", "start", "--local", "1", "--min-free-space", "1", *args)
             assert r.returncode != 0
             assert f"state directory {state} is full" in r.stderr, (how, args, r.stderr)
             assert "unreadable" not in r.stderr and "damaged" not in r.stderr.replace("Nothing in it is damaged", "")
             assert "--salvage" not in r.stderr, r.stderr  # no advice to treat a full disk as damage
+        assert "no reserve to start on" in r.stderr, r.stderr
+        if how == "kill -9":
+            assert f"job(s) {running} of its journal were running" in r.stderr and "unwatched" in r.stderr, r.stderr
         # Nothing was moved aside or replaced: the journal is as the daemon left it.
-        assert {f.name: digest(f) for f in state.glob("journal.db*")} == before
+        assert {f.name: digest(f) for f in state.glob("journal.db*") if f.suffix != ".db-shm"} == before
         assert not list(state.glob("*.damaged-*")) and journal.stat().st_size > 0
         filler.unlink()
         d = start(daemons, state, nodes=1, extra=["--min-free-space", "1"])
+        assert (state / RESERVE_FILE).stat().st_size >= RESERVE_BYTES  # made again: there is room
         jobs = queue(state)
         if how == "kill -9":
             assert jobs[running]["state"] == "RUNNING"  # taken back: its record was intact
         assert d.submit(sleeper(work, "after", 0.1)) > running  # ids go on
+
+
+def gated(work: Path, name: str, code: int) -> Path:
+    """A job file: one node, waits for the file go-NAME, then exits `code`."""
+    gate = work / f"go-{name}"
+    return write_job(work, name, f'''
+        name = "{name}"
+        command = ["sh", "-c", "while [ ! -e {gate} ]; do sleep 0.05; done; exit {code}"]
+        nodes = 1
+        working_dir = "{work}"
+        output = "/dev/null"
+    ''')
+
+
+def restart_by_cli(daemons: list[RunningDaemon], state: Path, nodes: int) -> subprocess.CompletedProcess[str]:
+    """`elasticd start` as an operator types it; the daemon it started is stopped at the end."""
+    r = cli(state, "elasticd", "start", "--local", str(nodes), "--min-free-space", "1", "--kill-wait", "1")
+    rec = read_record(state)
+    if r.returncode == 0 and rec is not None:
+        daemons.append(RunningDaemon(state, rec, nodes))
+    return r
+
+
+def test_a_restart_after_kill_9_on_a_still_full_disk_takes_its_jobs_back_and_records_their_ends(
+        tiny_fs: Path, tmp_path: Path, daemons: list) -> None:
+    """The daemon is killed (OOM killer, kill -9) while the disk is full and restarted before
+    space is freed: it was refused ('a start needs 256 KiB'), and the jobs it had started ran
+    on unwatched, their ends never recorded. It starts on its reserve: takes the jobs back,
+    records their ends, serves reads, refuses submissions naming the full disk, and takes
+    work again once space is freed; nothing acknowledged is lost across restarts."""
+    state = tiny_fs / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=2, extra=["--min-free-space", "1"])
+    fails, ends = d.submit(gated(work, "fails", 3)), d.submit(gated(work, "ends", 0))
+    waiting = d.submit(sleeper(work, "waiting", 0.1))  # acknowledged, behind the two
+    wrappers = {}
+    for jid in (fails, ends):
+        host = d.wait_event(jid, "launched")["hosts"][0]
+        wrappers[jid] = read_pid(state / "jobs" / str(jid) / f"proc-{host}.pid")
+    filler = fill(tiny_fs)
+    kill9(d)
+
+    r = restart_by_cli(daemons, state, 2)
+    assert r.returncode == 0, r.stderr
+    assert f"state directory {state} is full" in r.stderr and "starting on its reserve" in r.stderr, r.stderr
+    assert "3 job(s) recovered" in r.stdout and f"STATE DIRECTORY: state directory {state} is full" in r.stdout, \
+        r.stdout
+    jobs = queue(state)  # reads are served
+    assert [jobs[j]["state"] for j in (fails, ends, waiting)] == ["RUNNING", "RUNNING", "PENDING"], jobs
+    assert jobs[waiting]["note"] == "StateDiskFull"  # nothing starts on the reserve
+    assert all(alive(p) for p in wrappers.values())
+    r = cli(state, "esubmit", "--parsable", str(sleeper(work, "refused", 0.1)))
+    assert r.returncode != 0
+    assert f"state directory {state} is full" in r.stderr and "state_write_failed" in r.stderr, r.stderr
+
+    # A job taken back is watched: its end is seen and recorded (a second kill -9 on the
+    # still full disk keeps it).
+    (work / "go-fails").touch()
+    assert wait_until(lambda: queue(state)[fails]["state"] == "FAILED", 30)
+    kill9(daemons[-1])
+    assert restart_by_cli(daemons, state, 2).returncode == 0
+    jobs = queue(state)
+    assert (jobs[fails]["state"], jobs[fails]["exit_code"]) == ("FAILED", 3), jobs[fails]
+    assert [jobs[j]["state"] for j in (ends, waiting)] == ["RUNNING", "PENDING"], jobs
+
+    # Space freed: the reserve is made again, submissions are taken, the queue moves.
+    filler.unlink()
+    r = cli(state, "esubmit", "--parsable", str(sleeper(work, "late", 0.1)))
+    assert r.returncode == 0, r.stderr
+    late = int(r.stdout)
+    assert late == waiting + 1  # the refused submission took no id
+    (work / "go-ends").touch()
+    d = daemons[-1]
+    d.wait([ends, waiting, late], timeout=60)
+    assert (state / RESERVE_FILE).stat().st_size >= RESERVE_BYTES
+    kill9(d)
+    start(daemons, state, nodes=2, extra=["--min-free-space", "1"])
+    jobs = queue(state)
+    assert {j: (jobs[j]["state"], jobs[j]["exit_code"]) for j in (fails, ends, waiting, late)} == {
+        fails: ("FAILED", 3), ends: ("COMPLETED", 0), waiting: ("COMPLETED", 0), late: ("COMPLETED", 0)}, jobs
 
 
 _APP = '''
