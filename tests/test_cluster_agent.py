@@ -3,8 +3,10 @@ with the agent's source and the request on stdin): no SSH and no root needed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -134,3 +136,24 @@ def test_end_of_a_job_waiting_for_its_fifos_reader_is_one_sigterm(tmp_path: Path
     pgid = int(spawn(tmp_path, ["sh", "-c", "echo never read"], "8.1", out="job.fifo").split()[1])
     assert agent("end", "0", "30", str(tmp_path / "st"), f"8.1:{pgid}") == ["st 8.1 0 15", "gone"]
     assert gone(pgid)
+
+
+def test_cleanup_removes_only_the_records_of_ended_jobs_no_daemon_tracks(tmp_path: Path) -> None:
+    """A record goes once its job is over and not tracked (its status read or settled); the
+    record of a process still running, or of a job still tracked, stays: it is the exit
+    status a restarted daemon would otherwise lose."""
+    status_dir = tmp_path / "st"
+    running = int(spawn(tmp_path, ["sleep", "30"], "9.a1").split()[1])
+    try:
+        spawn(tmp_path, ["true"], "10.a1")
+        spawn(tmp_path, ["true"], "11.a1")
+        for token in ("10.a1", "11.a1"):
+            wait_file(status_dir / f"{token}.st")
+        assert agent("cleanup", str(status_dir), "11") == ["kept 4"]
+        assert sorted(p.name for p in status_dir.iterdir()) == ["11.a1.run", "11.a1.st", "9.a1.run", "9.a1.st.tmp"]
+        agent("end", "0", "1", str(status_dir), f"9.a1:{running}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(running, signal.SIGKILL)
+    assert agent("cleanup", str(status_dir)) == ["gone"]
+    assert not status_dir.exists()

@@ -18,7 +18,6 @@ import pytest
 
 from conftest import RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
-from elasticd.statedir import state_tag
 from test_cluster_allocation import sleeper
 from test_cluster_environment import kill_9
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
@@ -29,8 +28,10 @@ from test_cluster_vcluster import (  # noqa: F401 - the fixture
     job_processes,
     node_states,
     recorder_job,
+    records,
     rigid_job,
     set_link,
+    status_dir,
     vcluster,
 )
 
@@ -97,9 +98,8 @@ def test_a_full_tmp_on_a_node_starts_nothing_untracked_there_and_loses_no_exit_s
     work.mkdir()
     state = tmp_path / "state"
     d = cluster_daemon(vcluster, state, "node[1-3]")
-    status_dir = Path(f"/tmp/elastic-{os.getuid()}-{state_tag(state)}/node2")
     try:
-        with small_tmpfs(status_dir) as fs:
+        with small_tmpfs(status_dir(state) / "node2") as fs:
             # Full before the start: the launch fails, naming why, and nothing runs on node2
             # (the job's command ran there on untracked, the node called idle).
             fill(fs)
@@ -211,3 +211,76 @@ def test_processes_that_leave_the_job_process_group_end_with_the_job_on_its_node
     finally:
         stop_daemon(d.record)
     assert_no_job_process_left()
+
+
+# ---- a stop soon after a node loss ---------------------------------------------------------
+def lose_node3(d: RunningDaemon, work: Path, name: str) -> tuple[int, int]:
+    """A rigid job on every node, node3's link taken down under it: the job ends NODE_FAIL
+    and its process on node3, out of reach, runs on. The job and that process."""
+    jid = d.submit(rigid_job(work, 3, name))
+    assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 60), d.job(jid)
+    pid = read_pid(work / f"pid-{name}-node3", 30)
+    set_link("node3", False)
+    d.wait([jid], timeout=60)
+    assert d.job(jid)["state"] == "NODE_FAIL", d.job(jid)
+    assert alive(pid)
+    return jid, pid
+
+
+LOSS = ["--node-timeout", "2", "--node-retry", "600", "--connect-timeout", "3"]
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_before_the_node_retry_ends_the_lost_jobs_process_on_the_node_that_came_back(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    # The daemon ends a lost job's processes on a node when it reaches the node again, every
+    # --node-retry: a stop in between cancelled that, and they ran on untracked.
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    d = cluster_daemon(vcluster, state, "node[1-3]", extra=LOSS)
+    try:
+        jid, pid = lose_node3(d, work, "lost")
+        set_link("node3", True)  # back, 600 s before the daemon would look again
+        r = d.cli("elasticd", "stop")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not alive(pid), f"job {jid}'s process on node3 outlived `elasticd stop`"
+    finally:
+        set_link("node3", True)
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+    assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))
+
+
+@pytest.mark.timeout(150)
+def test_a_stop_that_cannot_reach_a_lost_jobs_node_names_it_and_the_next_start_ends_what_is_left_there(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    d = cluster_daemon(vcluster, state, "node[1-3]", extra=LOSS)
+    try:
+        try:
+            jid, pid = lose_node3(d, work, "lost")
+            t0 = time.monotonic()
+            r = d.cli("elasticd", "stop")
+            took = time.monotonic() - t0
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert f"could not reach node3: the processes of job {jid} there may still run" in r.stderr, r.stderr
+            assert took < d.record.kill_wait + 5 + 3, took  # bounded as any stop (+ the tool's own start)
+            assert alive(pid)
+            assert records(state, "node3", jid)
+        finally:
+            set_link("node3", True)
+        # The next start on the state directory ends them before it answers, and removes their
+        # records (their job's end was settled: NODE_FAIL).
+        d = cluster_daemon(vcluster, state, "node[1-3]", extra=LOSS)
+        assert not alive(pid), f"job {jid}'s process on node3 outlived the next start"
+        assert records(state, "node3", jid) == []
+        assert node_states(d) == dict.fromkeys(NODES, "idle")
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+    assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))

@@ -25,7 +25,9 @@ from test_cluster_vcluster import (  # noqa: F401 - the fixture
     node_of,
     node_states,
     pid_file,
+    records,
     set_link,
+    status_dir,
     vcluster,
 )
 
@@ -120,6 +122,8 @@ def test_after_kill_9_ssh_jobs_rigid_malleable_and_mpi_are_taken_over_and_end_on
     finally:
         stop_daemon(d.record)
     assert_no_job_process_left()
+    # The records the restart took the jobs over by, read back at their ends: none is left.
+    assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))
 
 
 @pytest.mark.timeout(150)
@@ -151,6 +155,8 @@ def test_a_node_unreachable_when_the_daemon_restarts_is_a_node_failure_and_is_sw
         # Back: what the lost job left there is ended before the node takes work again.
         assert wait_until(lambda: not alive(lost_pid), 30), "the lost job's process survived its node's return"
         assert wait_until(lambda: node_states(d)["node3"] == "idle", 30)
+        # Its record there goes with it (the job's end is settled: NODE_FAIL), not only at a stop.
+        assert records(state, "node3", lost_job) == []
         for j in ids:
             (work / f"go-{'r' + str(ids.index(j))}").touch()
         d.wait([j for j in ids if j != lost_job], timeout=30)
@@ -159,6 +165,7 @@ def test_a_node_unreachable_when_the_daemon_restarts_is_a_node_failure_and_is_sw
     finally:
         stop_daemon(d.record)
     assert_no_job_process_left()
+    assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))
 
 
 @pytest.mark.timeout(200)

@@ -29,7 +29,7 @@ import pytest
 
 from conftest import BIN, RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
-from elasticd.statedir import read_record
+from elasticd.statedir import read_record, state_tag
 from sigterm_support import assert_one_sigterm_each, counter_job, started
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,6 +176,18 @@ def node_states(d: RunningDaemon) -> dict[str, str]:
 def first_line(path: Path) -> str:
     assert wait_until(lambda: path.exists() and path.read_text().strip() != "", 30), f"{path} stays empty"
     return path.read_text().splitlines()[0].strip()
+
+
+def status_dir(state: Path) -> Path:
+    """Where the node monitors of the daemon on STATE record its jobs' processes (a folder per
+    node; the nodes share this machine's /tmp)."""
+    return Path(f"/tmp/elastic-{os.getuid()}-{state_tag(state)}")
+
+
+def records(state: Path, node: str, job: int) -> list[str]:
+    """The monitor records of JOB's processes on NODE (what a restart takes them over by)."""
+    folder = status_dir(state) / node
+    return sorted(p.name for p in folder.glob(f"{job}.*")) if folder.exists() else []
 
 
 def assert_no_job_process_left(timeout: float = 30) -> None:

@@ -263,6 +263,7 @@ class Daemon:
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
         self.allocation: AllocationResizer | None = None
         self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
+        self.stop_unreached: str | None = None  # nodes where the stop could not end what jobs left
 
     def now(self) -> float:
         return self.clock.now()
@@ -376,6 +377,10 @@ class Daemon:
         running = self.core.active_ids
         log.info("stopping: ending %d running job(s) %s", len(running), running)
         self._do(ev.StopRequested(now))
+        # Meanwhile, the nodes lost under jobs are tried once more (cluster mode): what those
+        # jobs left there is otherwise ended only when the node is retried, after the stop.
+        reach = getattr(self.launcher, "reach_lost", None)
+        reaching = None if reach is None else asyncio.ensure_future(reach(self.config.kill_wait + 3.0))
         # Each job gets SIGTERM, then SIGKILL kill_wait later; past that (a process stuck in
         # the kernel, a launcher that does not answer) the daemon stops anyway, says which
         # jobs it could not see end, and leaves them to the next start's recovery.
@@ -383,6 +388,12 @@ class Daemon:
             left = self.core.active_ids
             log.error("stopping: job(s) %s not seen ending within kill-wait + 3 s; stopping anyway (the next "
                       "start ends what is left of them)", left)
+        unreached: dict[str, list[int]] = {} if reaching is None else await reaching
+        if unreached:
+            self.stop_unreached = "; ".join(
+                f"could not reach {host}: the processes of job {','.join(map(str, jobs))} there may still run"
+                for host, jobs in sorted(unreached.items())) + (
+                f"; `elasticd start` on {self.config.state_dir} ends them once it reaches the node")
         self.stop_unsaved = self._final_save()
         self._stopped.set()
         return running

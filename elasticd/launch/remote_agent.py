@@ -25,13 +25,18 @@ Roles:
                         first: `proc TOKEN PGID CODE SIGNAL`, with `- -` while the monitor
                         still waits for it and `? ?` when the monitor died without a
                         record; then `done` (what a restarted daemon takes over)
-  cleanup DIR           remove the status directory of this daemon run on this node
-  sweep TAG HOST WAIT [JOB...]
+  cleanup DIR [JOB...]  remove the records in DIR but those of the listed jobs (still tracked)
+                        and those whose monitor still waits for its process, then DIR itself
+                        and its parent once empty; print `gone`, or `kept N` (files left)
+  sweep TAG HOST WAIT [dir=DIR] [JOB...]
                         end every process on this node whose environment carries
                         ELASTIC_TAG=TAG/JOB/HOST for a JOB not listed (jobs of an earlier
                         run of the same state directory that nobody tracks any more):
                         SIGTERM, SIGKILL after WAIT s; print `ended JOB N` per job, then
-                        `gone`, or `left PID...` if something survived SIGKILL
+                        `gone`, or `left PID...` if something survived SIGKILL. With DIR,
+                        the records there of the jobs not listed are removed once their
+                        monitors are done (waiting a moment for those of the processes just
+                        ended): no daemon reads them any more
 
 The job's process is the leader of a new session and process group (its pid is the
 PGID the daemon records), so signalling -PGID reaches it and its children, and never
@@ -525,19 +530,61 @@ def procs(status_dir: str, jobs: list[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-def cleanup(status_dir: str) -> None:
-    if os.path.isdir(status_dir):
-        for name in os.listdir(status_dir):
-            try:
-                os.unlink(os.path.join(status_dir, name))
-            except OSError:
-                pass
+def _drop_records(status_dir: str, keep: Collection[str], wait: float) -> int:
+    """Remove the records in STATUS_DIR of the jobs not in KEEP whose monitors are done (the
+    status written, or the monitor gone): the daemon settled those jobs and never reads them
+    again. A record whose monitor still waits for its process is kept -- that exit status
+    may still be wanted -- after waiting up to WAIT s for it. How many tokens were kept."""
+    deadline = time.monotonic() + wait
+    while True:
         try:
-            os.rmdir(status_dir)
-            os.rmdir(os.path.dirname(status_dir))  # the run's directory, once every node left it
+            names = os.listdir(status_dir)
+        except FileNotFoundError:
+            return 0
+        tokens: dict[str, list[str]] = {}
+        for name in names:
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[0] not in keep:
+                tokens.setdefault(f"{parts[0]}.{parts[1]}", []).append(name)
+        busy = 0
+        for token, files in tokens.items():
+            if not _record_done(status_dir, token):
+                busy += 1
+                continue
+            for name in files:
+                _unlink_quietly(os.path.join(status_dir, name))
+        if not busy or time.monotonic() >= deadline:
+            return busy
+        time.sleep(0.05)
+
+
+def _record_done(status_dir: str, token: str) -> bool:
+    """Whether nothing more will be written for TOKEN: its status is there, or its monitor is
+    gone. A record still being set up (only its .tmp files: a monitor starting its process)
+    counts as done only once it is old enough to be a monitor that died there."""
+    base = os.path.join(status_dir, token)
+    if os.path.exists(base + ".st"):
+        return True
+    if os.path.exists(base + ".run"):
+        return not _monitor_alive(base + ".run")
+    for tmp in (base + ".run.tmp", base + ".st.tmp"):
+        try:
+            if time.time() - os.stat(tmp).st_mtime < 60:
+                return False
         except OSError:
             pass
-    sys.stdout.write("gone\n")
+    return True
+
+
+def cleanup(status_dir: str, keep: list[str]) -> None:
+    _drop_records(status_dir, set(keep), 0.0)
+    try:
+        os.rmdir(status_dir)
+        os.rmdir(os.path.dirname(status_dir))  # the run's directory, once every node left it
+    except OSError:
+        pass
+    left = os.listdir(status_dir) if os.path.isdir(status_dir) else []
+    sys.stdout.write(f"kept {len(left)}\n" if left else "gone\n")
 
 
 def _tagged(prefix: bytes, suffix: bytes, keep: set[str]) -> dict[int, str]:
@@ -568,10 +615,11 @@ def _signal_pids(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def sweep(tag: str, host: str, wait: str, keep: list[str]) -> None:
+def sweep(tag: str, host: str, wait: str, items: list[str]) -> None:
     prefix = f"ELASTIC_TAG={tag}/".encode()
     suffix = f"/{host}".encode()
-    kept = set(keep)
+    status_dir = next((i[len("dir="):] for i in items if i.startswith("dir=")), None)
+    kept = {i for i in items if not i.startswith("dir=")}
     first = _tagged(prefix, suffix, kept)
     if first:
         _signal_pids(first, signal.SIGTERM)
@@ -589,6 +637,9 @@ def sweep(tag: str, host: str, wait: str, keep: list[str]) -> None:
         counts[job] = counts.get(job, 0) + 1
     lines = [f"ended {job} {n}" for job, n in sorted(counts.items())]
     left = _tagged(prefix, suffix, kept)
+    if status_dir is not None:
+        # The monitors of the processes just ended write their records a moment later.
+        _drop_records(status_dir, kept, 2.0 if first else 0.0)
     lines.append("left " + " ".join(map(str, sorted(left))) if left else "gone")
     sys.stdout.write("\n".join(lines) + "\n")
 
@@ -604,7 +655,7 @@ def main(argv: list[str]) -> None:
     elif role == "procs":
         procs(args[0], args[1:])
     elif role == "cleanup":
-        cleanup(args[0])
+        cleanup(args[0], args[1:])
     elif role == "sweep":
         sweep(args[0], args[1], args[2], args[3:])
     else:

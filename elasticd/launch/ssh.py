@@ -136,18 +136,20 @@ class _HostLink:
         self.retired = False
 
     # ---- executor thread ----------------------------------------------------------------
-    def connect(self) -> None:
+    def connect(self, timeout: float | None = None) -> None:
         """Open the connection if it is not open, and a new watch channel on it; raises
-        HostUnreachable. A live connection is kept: calls running on it go on."""
+        HostUnreachable. A live connection is kept: calls running on it go on. `timeout`
+        (default the connect timeout) bounds the connect: this thread cannot be interrupted."""
         import fabric
 
+        timeout = timeout or self.options.connect_timeout
         with self._lock:
             conn = self._conn
         fresh = conn is None or conn.transport is None or not conn.transport.is_active()
         if fresh:
             self.abort()
             conn = fabric.Connection(self.name, config=self.fabric_config,
-                                     connect_timeout=max(1, math.ceil(self.options.connect_timeout)))
+                                     connect_timeout=max(1, math.ceil(timeout)))
             if conn.ssh_config.get("stricthostkeychecking", "yes").lower() != "no":
                 # fabric trusts any key; with strict checking wanted, known keys must match.
                 with contextlib.suppress(OSError):
@@ -156,7 +158,7 @@ class _HostLink:
             if fresh:
                 conn.open()
                 conn.transport.set_keepalive(15)
-            chan = conn.transport.open_session(timeout=self.options.connect_timeout)
+            chan = conn.transport.open_session(timeout=timeout)
             chan.exec_command(self._command("watch", self.status_dir, str(self.options.heartbeat)))
             chan.sendall(_AGENT)
         except _SSH_FAILURES as exc:
@@ -337,12 +339,9 @@ class SSHLauncher:
             if link.retry_task is not None:
                 link.retry_task.cancel()
         # The nodes' records of the processes are what a restarted daemon takes them over
-        # by: removed only when no job is left running.
-        up = [h for h, link in self._links.items() if link.up and not self._jobs]
-        await asyncio.gather(
-            *(self._call(h, "cleanup", [self._links[h].status_dir], timeout=5) for h in up),
-            return_exceptions=True,
-        )
+        # by: those of a job not seen ending stay; the others go, and the directory with them.
+        up = [h for h, link in self._links.items() if link.up]
+        await asyncio.gather(*(self._cleanup(h, 5) for h in up), return_exceptions=True)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, link.abort) for link in self._links.values()))
         for link in self._links.values():
@@ -379,7 +378,7 @@ class SSHLauncher:
                 link.retry_task = None
             if link.up:
                 with contextlib.suppress(HostUnreachable, RemoteError):
-                    await self._call(h, "cleanup", [link.status_dir], timeout=5)
+                    await self._cleanup(h, 5)
             link.up = False
             await loop.run_in_executor(None, link.abort)
 
@@ -705,31 +704,86 @@ class SSHLauncher:
             except (HostUnreachable, RemoteError) as exc:
                 log.debug("node %s still unreachable: %s", host, exc)
                 continue
-            if link.needs_sweep and await self._sweep(host) is None:
+            if not await self._clear_lost(host):
                 link.abort()
                 continue
-            if link.orphans:
-                # The processes of jobs lost with the node may have run on meanwhile.
-                items = [f"{t}:{g}" for t, g in link.orphans.items()]
-                try:
-                    lines = await self._call(host, "end", ["0", f"{self.kill_wait:g}", link.status_dir, *items],
-                                             timeout=self.kill_wait + self.options.call_timeout)
-                except (HostUnreachable, RemoteError) as exc:
-                    log.warning("node %s: could not end the processes left there: %s", host, exc)
-                    link.abort()
-                    continue
-                if not lines or lines[-1] != "gone":
-                    log.error("node %s: processes of lost jobs survive SIGKILL; keeping it down", host)
-                    continue
-                log.info("node %s: ended the processes of lost jobs (groups %s)", host,
-                         sorted(link.orphans.values()))
-                link.orphans.clear()
             link.up = True
             link.last_heard = time.monotonic()
             link.retry_task = None
             log.info("node %s is back", host)
             self.on_host_up(host)
             return
+
+    async def _clear_lost(self, host: str) -> bool:
+        """On a node reached again: end what the jobs lost with it left running there (swept
+        by their tag, and their process groups ended and their records read and removed);
+        whether that is verified done."""
+        link = self._links[host]
+        if link.needs_sweep and await self._sweep(host) is None:
+            return False
+        if link.orphans:
+            # The processes of jobs lost with the node may have run on meanwhile.
+            items = [f"{t}:{g}" for t, g in link.orphans.items()]
+            try:
+                lines = await self._call(host, "end", ["0", f"{self.kill_wait:g}", link.status_dir, *items],
+                                         timeout=self.kill_wait + self.options.call_timeout)
+            except (HostUnreachable, RemoteError) as exc:
+                log.warning("node %s: could not end the processes left there: %s", host, exc)
+                return False
+            if not lines or lines[-1] != "gone":
+                log.error("node %s: processes of lost jobs survive SIGKILL; keeping it down", host)
+                return False
+            log.info("node %s: ended the processes of lost jobs (groups %s)", host, sorted(link.orphans.values()))
+            link.orphans.clear()
+        return True
+
+    async def reach_lost(self, within: float) -> dict[str, list[int]]:
+        """At a stop: the nodes that went down under jobs, whose processes there are ended only
+        once the node answers again (every retry_interval, which the stop cancels), are tried
+        once more now and what the jobs left there is ended. The jobs whose processes may still
+        run, by node, where that could not be done within WITHIN seconds: the next start on the
+        state directory ends them (its sweep, by their tag) once it reaches the node."""
+        lost = [h for h, link in self._links.items() if not link.up and not link.retired and link.orphans]
+        if not lost:
+            return {}
+        # The connect is bounded on its own (its thread cannot be interrupted, and the daemon
+        # exits only once it returns), within WITHIN: a node that came back answers at once,
+        # and what the jobs left there dies at its SIGTERM unless it ignores it.
+        connect = max(1.0, min(self.options.connect_timeout, within - 1.0))
+        results = await asyncio.gather(*(asyncio.wait_for(self._reach_at_stop(h, connect), within) for h in lost),
+                                       return_exceptions=True)
+        unreached: dict[str, list[int]] = {}
+        for host, r in zip(lost, results):
+            if r is True:
+                continue
+            link = self._links[host]
+            why = ("timed out" if isinstance(r, TimeoutError) else str(r) if isinstance(r, BaseException)
+                   else "what is left there could not be verified ended")
+            unreached[host] = sorted({int(t.split(".", 1)[0]) for t in link.orphans})
+            log.error("stopping: could not reach node %s (%s): the processes of job(s) %s there (process groups %s) "
+                      "may still run; the next start on this state directory ends them once it reaches the node",
+                      host, why, ",".join(map(str, unreached[host])), ",".join(map(str, sorted(link.orphans.values()))))
+        return unreached
+
+    async def _reach_at_stop(self, host: str, connect_timeout: float) -> bool:
+        link = self._links[host]
+        if link.retry_task is not None:
+            link.retry_task.cancel()
+            link.retry_task = None
+        await self._in_thread(host, link.connect, connect_timeout)
+        if not await self._clear_lost(host):
+            return False
+        log.info("stopping: node %s answered again; ended what its lost jobs left there", host)
+        with contextlib.suppress(HostUnreachable, RemoteError):
+            await self._cleanup(host, 5)
+        return True
+
+    async def _cleanup(self, host: str, timeout: float) -> None:
+        """Remove the node's records of jobs the daemon no longer tracks there (their ends are
+        settled), and the status directory once empty."""
+        link = self._links[host]
+        keep = [str(j) for j, job in sorted(self._jobs.items()) if host in job.procs and not job.procs[host].lost]
+        await self._call(host, "cleanup", [link.status_dir, *keep], timeout=timeout)
 
     # ---- after a daemon restart -------------------------------------------------------------
     async def adopt(self, job_id: int, hosts: tuple[str, ...], job_dir: Path) -> list[str]:
@@ -794,7 +848,7 @@ class SSHLauncher:
         ids = [str(j) for j, job in sorted(self._jobs.items())
                if host in job.procs and not job.procs[host].lost and not job.procs[host].released]
         try:
-            lines = await self._call(host, "sweep", [self.tag, host, f"{self.kill_wait:g}", *ids],
+            lines = await self._call(host, "sweep", [self.tag, host, f"{self.kill_wait:g}", f"dir={link.status_dir}", *ids],
                                      timeout=self.kill_wait + 5 + self.options.call_timeout)
         except (HostUnreachable, RemoteError) as exc:
             why = f"cannot verify that the processes of lost jobs are gone: {exc}"
