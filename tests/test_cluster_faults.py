@@ -1,8 +1,9 @@
 """Faults an operator meets in cluster mode (`--launcher ssh` on deploy/vcluster.sh's nodes),
 each found from outside: the daemon paused longer than the node timeout, a node whose /tmp
-(where the node monitors record the job's processes) is full, and a restart with a node
-that cannot be reached while a malleable job could grow onto it. Needs root and the
-packages, as tests/test_cluster_vcluster.py."""
+(where the node monitors record the job's processes) is full, a restart with a node
+that cannot be reached while a malleable job could grow onto it, processes that leave the
+job's process group, and a stop soon after a node loss (before the node is retried). Needs
+root and the packages, as tests/test_cluster_vcluster.py."""
 
 from __future__ import annotations
 
