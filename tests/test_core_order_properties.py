@@ -37,6 +37,7 @@ from elasticd.core.events import (
     GrowAnswered,
     HostsGone,
     HostsReleased,
+    JoinLaunchFailed,
     NodesRequested,
     OrderDeadline,
     OrderDeferred,
@@ -152,6 +153,7 @@ class OrderSim:
     rnd: random.Random
     user_resizes: bool = False
     check_shrink_bound: bool = False
+    join_failures: bool = False  # some grows' processes fail to start, before or after `grown`
     core: Core = field(init=False)
     plans: dict[int, Plan] = field(default_factory=dict)
     integral: dict[int, float] = field(default_factory=dict)  # job id -> node-seconds seen
@@ -247,6 +249,8 @@ class OrderSim:
                 self.push(t + self.rnd.randint(0, 5), "terminated", a.job_id)
             elif isinstance(a, LaunchJoining):
                 assert set(a.hosts) <= set(job.hosts) and a.all_hosts == tuple(job.hosts)
+                if self.join_failures and self.rnd.random() < 0.4:
+                    self.push(t + self.rnd.randint(0, ORDER_DEADLINE + 5), "join_failed", a.job_id, a.hosts)
             elif isinstance(a, SendOrder):
                 order = job.order
                 assert order is not None and order.order_id == a.order_id and order.kind == a.kind
@@ -333,6 +337,23 @@ class OrderSim:
         core.handle(HostsGone(t, jid, tuple(hosts)))
         assert job.size == size - len(mine) and core.nodes.free_count == free + len(mine)
         assert all(core.nodes.owner[h] is None for h in mine)
+
+    def on_join_failed(self, t: float, jid: int, hosts: tuple[str, ...]) -> None:
+        """The launcher could not start a grow's processes: the hosts the job still holds for
+        it (not given back, not being reclaimed) are taken back, whether the grow is still
+        open or was answered; a job that ended or is being ended is left alone."""
+        core = self.core
+        job = core.jobs[jid]
+        held = [h for h in job.hosts if h in hosts and h not in job.leaving]
+        ending = not job.state.holds_nodes or job.ending_as is not None
+        actions = core.handle(JoinLaunchFailed(t, jid, hosts, "cannot start"))
+        if ending or not held:
+            assert actions == []
+        else:
+            assert len(actions) == 1 and isinstance(actions[0], (Reclaim, Terminate)), actions
+            if isinstance(actions[0], Reclaim):
+                assert set(held) <= set(actions[0].hosts), (held, actions)
+        self.execute(t, actions)
 
     def on_deadline(self, t: float, jid: int, order_id: int) -> None:
         job = self.core.jobs[jid]
@@ -525,6 +546,18 @@ def test_user_resizes_on_top_of_the_malleable_policy_keep_the_books_balanced(
     w: Workload, rnd: random.Random
 ) -> None:
     OrderSim(w, "malleable", rnd, user_resizes=True).run()
+
+
+@settings(max_examples=80, deadline=None)
+@given(w=st.one_of(workloads(), contested_workloads()), rnd=st.randoms(use_true_random=False))
+def test_grows_whose_processes_fail_to_start_before_or_after_grown_keep_the_books_balanced(
+    w: Workload, rnd: random.Random
+) -> None:
+    """The launcher reports a grow's start failed at any time: while the grow is open, after
+    `grown`, after the job shrank or gave the hosts back, during another order, after the
+    job ended. The hosts it still holds for the grow come back, every invariant holds after
+    every event, every job ends and node-seconds stay exact."""
+    OrderSim(w, "malleable", rnd, user_resizes=True, join_failures=True).run()
 
 
 @settings(max_examples=150, deadline=None)

@@ -17,6 +17,7 @@ from core_support import submit
 from elastic_protocol.jobspec import JobKind, JobSpec
 from elasticd.core.actions import (
     Action,
+    ArmLimit,
     Launch,
     LaunchJoining,
     Reclaim,
@@ -26,10 +27,12 @@ from elasticd.core.actions import (
 from elasticd.core.engine import Core
 from elasticd.core.events import (
     CancelRequested,
+    Cause,
     Exited,
     GrowAnswered,
     HostsGone,
     HostsReleased,
+    JoinLaunchFailed,
     NodesRequested,
     OrderDeadline,
     OrderDeferred,
@@ -605,6 +608,124 @@ def test_undeliverable_grow_reclaims_the_hosts_started_for_it() -> None:
     assert core.handle(OrderUndeliverable(10.5, job.job_id, order.order_id)) == [Reclaim(job.job_id, ("n3",), 0.0)]
     core.handle(HostsGone(11.0, job.job_id, ("n3",)))
     assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"] and core.nodes.free_count == 4
+
+
+# ---- a grow whose processes could not be started ------------------------------------------
+
+
+def test_a_grow_whose_processes_fail_to_start_while_it_is_open_fails_and_its_hosts_come_back() -> None:
+    core, policy = cluster()
+    job = run(core, policy, malleable(1, 6), 2)
+    order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 1)))
+    assert core.handle(JoinLaunchFailed(10.5, job.job_id, ("n3",), "command not found: x")) == [
+        Reclaim(job.job_id, ("n3",), 0.0)
+    ]
+    assert events(job)[-1] == "order_failed"
+    assert job.events[-1].detail == f"order {order.order_id}: the processes for the grow could not be started on n3: " \
+                                    "command not found: x"
+    with pytest.raises(OrderRejected):  # its answer comes too late
+        core.handle(GrowAnswered(10.6, job.job_id, order.order_id, ("n1", "n2", "n3")))
+    core.handle(HostsGone(11.0, job.job_id, ("n3",)))
+    assert job.state is JobState.RUNNING and job.hosts == ["n1", "n2"] and core.nodes.free_count == 4
+    assert "grown" not in events(job) and job.last_resize is None
+
+
+def test_a_grow_the_application_took_before_its_processes_failed_to_start_gives_the_hosts_back() -> None:
+    """`grown` may come before the launcher says the start failed: the job then holds hosts
+    where nothing of it runs. It goes on at its old size; its limit moves back with it."""
+    core, policy = cluster()
+    s = JobSpec(name="m", command=["true"], nodes={"min": 1, "max": 6, "preferred": 4}, kind=JobKind.MALLEABLE,
+                time_limit="10", model={"speedup": "linear"})
+    job = submit(core, s, 0.0)
+    assert decide(core, policy, 0.0, Start(job.job_id, 2)) == [  # 600 s at half the preferred speed
+        Launch(job.job_id, ("n1", "n2")), ArmLimit(job.job_id, 1200.0)
+    ]
+    core.handle(Registered(0.0, job.job_id))
+    order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
+    assert core.handle(GrowAnswered(12.0, job.job_id, order.order_id, ("n1", "n2", "n3", "n4"))) == [
+        ArmLimit(job.job_id, 606.0)
+    ]
+    actions = core.handle(JoinLaunchFailed(15.0, job.job_id, ("n3", "n4"), "working_dir /w is not a directory"))
+    assert actions == [Reclaim(job.job_id, ("n3", "n4"), 0.0)]
+    last = job.events[-1]
+    assert (last.event, last.cause) == ("grow_failed", Cause.FAULT)
+    assert last.detail == ("the processes for the grow could not be started on n3 n4: working_dir /w is not a "
+                           "directory; the job goes on without them")
+    # Not free until the launcher says nothing of the job is left there; the policy sees the
+    # job at its old size meanwhile, and orders it nothing.
+    assert job.leaving == {"n3", "n4"} and core.nodes.free_count == 2
+    view = core.snapshot(15.0).running[0]
+    assert (view.size, view.resizing, view.malleable_ready) == (2, True, False)
+    assert core.handle(HostsGone(20.0, job.job_id, ("n3", "n4"))) == [ArmLimit(job.job_id, 1192.0)]
+    assert job.state is JobState.RUNNING and job.order is None and job.hosts == ["n1", "n2"]
+    assert core.nodes.free_hosts() == ["n3", "n4", "n5", "n6"] and core.can_take_order(job, 20.0)
+    last = job.events[-1]
+    assert (last.event, last.cause, last.nodes, last.detail) == ("released", Cause.FAULT, 2, "n3 n4")
+    assert [n for _t, n in job.size_history()] == [2, 4, 2]
+    assert job.node_seconds == 2 * 10 + 4 * 10  # the hosts count until they are free
+    # Reported again (a launcher's second word on the same start): nothing left to do.
+    assert core.handle(JoinLaunchFailed(21.0, job.job_id, ("n3", "n4"), "again")) == []
+
+
+@pytest.mark.parametrize("since", ["ended", "ending", "shrunk", "shrinking"])
+def test_a_late_start_failure_after_the_job_gave_the_hosts_back_or_ended_changes_nothing(since: str) -> None:
+    core, policy = cluster()
+    job = run(core, policy, malleable(1, 6), 2)
+    order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
+    core.handle(GrowAnswered(11.0, job.job_id, order.order_id, ("n1", "n2", "n3", "n4")))
+    if since == "ended":
+        core.handle(Exited(12.0, job.job_id, 0, 0))
+    elif since == "ending":
+        core.handle(CancelRequested(12.0, job.job_id))
+    else:
+        shrink = only_order(decide(core, policy, 12.0, Shrink(job.job_id, 2)))
+        core.handle(ShrinkAnswered(13.0, job.job_id, shrink.order_id, ("n3", "n4")))
+        if since == "shrunk":
+            core.handle(HostsGone(14.0, job.job_id, ("n3", "n4")))
+    before, free = state_of(job), core.nodes.free_count
+    assert core.handle(JoinLaunchFailed(15.0, job.job_id, ("n3", "n4"), "gone")) == []
+    assert state_of(job) == before and core.nodes.free_count == free
+
+
+@pytest.mark.parametrize("kind", ["shrink", "grow"])
+def test_a_late_start_failure_voids_an_order_opened_since_and_takes_the_hosts_back(kind: str) -> None:
+    """The order was made for hosts the job no longer has (a shrink's count could take it
+    below its minimum): void, as the application is told; a second grow's hosts go too."""
+    core, policy = cluster()
+    job = run(core, policy, malleable(1, 6), 2)
+    order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
+    core.handle(GrowAnswered(11.0, job.job_id, order.order_id, ("n1", "n2", "n3", "n4")))
+    later = only_order(decide(core, policy, 12.0, Shrink(job.job_id, 3) if kind == "shrink" else Grow(job.job_id, 1)))
+    actions = core.handle(JoinLaunchFailed(13.0, job.job_id, ("n3", "n4"), "gone"))
+    taken = ("n3", "n4") if kind == "shrink" else ("n3", "n4", "n5")
+    assert actions == [Reclaim(job.job_id, taken, 0.0)]
+    assert events(job)[-2:] == ["order_failed", "grow_failed"]
+    assert (job.events[-2].detail or "").startswith(f"order {later.order_id}: void: ")
+    assert job.order is None and job.state is JobState.RUNNING
+    with pytest.raises(OrderRejected) as exc:
+        core.handle(ShrinkAnswered(13.5, job.job_id, later.order_id, ("n2", "n3", "n4")) if kind == "shrink"
+                    else GrowAnswered(13.5, job.job_id, later.order_id, ("n1", "n2", "n3", "n4", "n5")))
+    assert exc.value.code == "unknown_order"
+    core.handle(HostsGone(14.0, job.job_id, taken))
+    assert job.hosts == ["n1", "n2"] and core.nodes.free_count == 4 and events(job)[-1] == "released"
+
+
+def test_a_late_start_failure_ends_a_job_that_cannot_go_on_without_the_hosts() -> None:
+    """Its other hosts were given back meanwhile: without the new ones it is below its minimum."""
+    core, policy = cluster()
+    job = run(core, policy, malleable(2, 6), 2)
+    order = only_order(decide(core, policy, 10.0, Grow(job.job_id, 2)))
+    core.handle(GrowAnswered(11.0, job.job_id, order.order_id, ("n1", "n2", "n3", "n4")))
+    shrink = only_order(decide(core, policy, 12.0, Shrink(job.job_id, 2)))
+    core.handle(ShrinkAnswered(13.0, job.job_id, shrink.order_id, ("n1", "n2")))
+    core.handle(HostsGone(14.0, job.job_id, ("n1", "n2")))
+    assert core.handle(JoinLaunchFailed(15.0, job.job_id, ("n3", "n4"), "gone")) == [
+        Terminate(job.job_id, ("n3", "n4"), JobState.FAILED)
+    ]
+    core.handle(Exited(16.0, job.job_id, None, 15))
+    assert job.state is JobState.FAILED and core.nodes.free_count == 6
+    assert job.reason == "the processes for the grow could not be started on n3 n4: gone; without them it is below " \
+                         "its minimum of 2"
 
 
 # ---- the job ends while an order is open ----------------------------------------------

@@ -33,5 +33,6 @@ class MalleableHandler:
         `reason` is `node_failed` (the hosts in `lost_hosts` are gone, with whatever ran
         there), `deadline` (an order's deadline passed: for a shrink the daemon took the last
         hosts of the job's list, for a grow it took the new hosts back), `launch_failed` (a
-        grow's processes could not be started) or `order_dropped`. `hosts` is what the job
-        holds now; the library's `hosts` already says so."""
+        grow's processes could not be started: the grow is void, or, when `post_grow` had
+        returned already, its new hosts are gone again) or `order_dropped`. `hosts` is what
+        the job holds now; the library's `hosts` already says so."""

@@ -29,6 +29,7 @@ from elasticd.core.events import (
     HostsReleased,
     JobEventKind,
     JobLost,
+    JoinLaunchFailed,
     Launched,
     LaunchFailed,
     LimitReached,
@@ -164,6 +165,7 @@ class Core:
             PassDue: self._pass,
             Launched: self._launched,
             LaunchFailed: self._launch_failed,
+            JoinLaunchFailed: self._join_launch_failed,
             Exited: self._exited,
             HostsGone: self._hosts_gone,
             JobLost: self._lost,
@@ -775,6 +777,47 @@ class Core:
         job, order = found
         job.record(ev.time, K.ORDER_FAILED, ev.cause, f"order {ev.order_id}: {ev.why or 'the application never had it (not connected, or it reconnected without it)'}")
         return self._drop_order(job, order, Settlement.ORDER_FAILED)
+
+    def _join_launch_failed(self, ev: JoinLaunchFailed) -> list[Action]:
+        """A grow's processes could not be started. While the grow is open, it fails like
+        any grow that does not happen (_drop_order). Once the application took it, the job
+        holds hosts where nothing of it runs: it goes on without them, as without a lost
+        node, and they are reclaimed (whatever a partial start left) and then freed, the
+        `released` entry and the limit following (_hosts_gone). An order opened since then
+        was made for hosts the job no longer has: it is void (a shrink's count could take
+        the job below its minimum). A job that cannot go on without them (its other hosts
+        given back meanwhile) is ended. A job that ended, is being ended, or gave those hosts
+        back already is left as it is."""
+        job = self.jobs.get(ev.job_id)
+        if job is None or ev.job_id not in self._active or job.ending_as is not None:
+            return []
+        now, order, failed = ev.time, job.order, set(ev.hosts)
+        what = f"the processes for the grow could not be started on {' '.join(ev.hosts)}: {ev.why}"
+        if (order is not None and order.settled is None and order.kind is OrderKind.GROW
+                and not failed.isdisjoint(order.new_hosts)):
+            self._mut(ev.job_id)
+            job.record(now, K.ORDER_FAILED, ev.cause, f"order {order.order_id}: {what}")
+            return self._drop_order(job, order, Settlement.ORDER_FAILED)
+        take = [h for h in job.hosts if h in failed and h not in job.leaving]
+        if not take:
+            return []
+        self._mut(ev.job_id)
+        if order is not None and (order.settled is None or order.kind is OrderKind.GROW):
+            if order.settled is None:
+                job.record(now, K.ORDER_FAILED, ev.cause, f"order {order.order_id}: void: {what}")
+                take.extend(order.new_hosts)  # a grow's, never started for the job now
+            # A dropped grow whose hosts are still being reclaimed goes on as a release.
+            job.order = None
+            job.state = JobState.RUNNING
+        lo = job.bounds[0]
+        if job.size - len(job.leaving) - len(take) < lo:
+            job.record(now, K.GROW_FAILED, ev.cause, what)
+            return self._end(job, now, JobState.FAILED, f"{what}; without them it is below its minimum of {lo}",
+                             ev.cause)
+        job.leaving.update(take)
+        job.release_cause = ev.cause
+        job.record(now, K.GROW_FAILED, ev.cause, f"{what}; the job goes on without them")
+        return [Reclaim(job.job_id, tuple(take), 0.0)]
 
     def _drop_order(self, job: Job, order: Order, why: Settlement) -> list[Action]:
         if order.kind is OrderKind.GROW and order.new_hosts:

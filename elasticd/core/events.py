@@ -46,6 +46,7 @@ class JobEventKind(StrEnum):
     DEADLINE_MISSED = "deadline_missed"
     ORDER_FAILED = "order_failed"
     ORDER_DROPPED = "order_dropped"
+    GROW_FAILED = "grow_failed"  # a grow the application took never started on its hosts
     REGISTERED = "registered"
     UNREGISTERED = "unregistered"
     DEREGISTERED = "deregistered"
@@ -153,6 +154,20 @@ class Exited(_Event):
     job_id: int
     exit_code: int | None
     signal: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinLaunchFailed(_Event):
+    """A grow's processes could not be started on its new hosts (LaunchJoining failed); the
+    launcher left none of them there. The core decides what that means: while the grow is
+    open, the order fails (its hosts are taken back, as for any grow that does not happen);
+    once the application took it (`grown`, which may come first: it need not wait for the
+    start), the job runs without those hosts and they are taken back all the same."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+    why: str
+    cause: ClassVar[Cause] = Cause.FAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +334,7 @@ class NodesRemoved(_Event):
 
 Event = (
     Submitted | CancelRequested | ResizeRequested | HoldReleased | StopRequested | PassDue
-    | Launched | LaunchFailed | Exited | HostsGone | JobLost | NeverLaunched | LimitReached | OutputLimitReached
+    | Launched | LaunchFailed | JoinLaunchFailed | Exited | HostsGone | JobLost | NeverLaunched | LimitReached | OutputLimitReached
     | Registered | Unregistered | ShrinkAnswered | GrowAnswered | OrderRefused | OrderDeferred
     | OrderDeadline | OrderUndeliverable | NodesRequested | HostsReleased | NodeDown | NodeUp
     | NodesAdded | NodesRemoved

@@ -133,6 +133,7 @@ _APP_OWN = (ev.ShrinkAnswered, ev.GrowAnswered, ev.HostsReleased, ev.Registered,
 _HOSTS_REASONS: dict[type, str] = {
     ev.OrderDeadline: "deadline", ev.NodeDown: "node_failed", ev.HostsGone: "node_failed",
     ev.JobLost: "node_failed", ev.LaunchFailed: "launch_failed", ev.OrderUndeliverable: "order_dropped",
+    ev.JoinLaunchFailed: "launch_failed",
 }
 def _host_launcher(launcher: object) -> object:
     """The launcher that starts per-host processes (the MPI launcher wraps one)."""
@@ -1085,7 +1086,8 @@ class Daemon:
             if job is None or not job.state.holds_nodes:
                 continue
             held = self._held(job)
-            if isinstance(event, (ev.OrderRefused, ev.OrderDeadline, ev.LaunchFailed, ev.OrderUndeliverable)):
+            if isinstance(event, (ev.OrderRefused, ev.OrderDeadline, ev.LaunchFailed, ev.OrderUndeliverable,
+                                  ev.JoinLaunchFailed)):
                 self._hostfiles.pop(j, None)  # a grow's launch may have written its new hosts there
             self._rewrite_hostfile(j, held)
             link = self.app_links.get(j)
@@ -1279,10 +1281,15 @@ class Daemon:
             await self.launcher.launch(req)
         except LaunchError as exc:
             log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
+            # The core decides: the grow fails if still open, else the job goes on without
+            # the hosts (the application may have answered `grown` before the start failed).
             order = job.order
-            if order is not None:
-                self._order_settled(order.order_id)
-                self._do(ev.OrderUndeliverable(self.now(), a.job_id, order.order_id))
+            open_id = order.order_id if order is not None and not order.settled else None
+            self._do(ev.JoinLaunchFailed(self.now(), a.job_id, a.hosts, str(exc)))
+            if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
+                self._order_settled(open_id)
+            self._notify()
+            self._schedule_soon()
 
     async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
         job = self.core.jobs.get(job_id)

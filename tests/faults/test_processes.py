@@ -31,6 +31,11 @@ def stop_taken_at(state_dir: Path) -> float:
     raise AssertionError(f"no stop in {state_dir / 'daemon.log'}")
 
 
+def started_on(info: dict) -> list[str]:
+    """The hosts a job started on (an ended job holds none)."""
+    return next(e["hosts"] for e in info["events"] if e["event"] == "started")
+
+
 def job(folder: Path, name: str, script: str, **extra: object) -> Path:
     """A one-host job running `script` under sh; `extra` sets or overrides fields."""
     fields: dict[str, object] = {"name": name, "command": ["sh", "-c", script], "nodes": 1, "time_limit": "2",
@@ -298,3 +303,73 @@ def test_a_job_cancelled_while_its_grow_waits_on_a_hung_file_system_ends_and_fre
     after = d.submit(job(tmp_path, "after", "echo both nodes", nodes=2))
     d.wait([after], timeout=30)
     assert d.job(after)["state"] == "COMPLETED"
+
+
+def test_a_grow_the_application_took_before_its_new_process_failed_to_start_gives_the_host_back(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grow's new process writes its output on a file system that does not answer: its
+    start fails ELASTIC_FS_WAIT seconds later, long after the application answered `grown`.
+    The job goes on at its old size without the host, which is free for the next job, and the
+    application is told (`hosts ... reason=launch_failed`), so its library's host list is
+    right; a restart keeps it so. Before, the failure was only logged: the job held the host,
+    with nothing of it running there, for the rest of its run, and its application counted it."""
+    import sys
+
+    from faults_support import kill9
+
+    recorder = Path(__file__).resolve().parent.parent / "apps" / "recorder.py"
+    monkeypatch.setenv("ELASTIC_FS_WAIT", "20")  # the application answers long before (seconds under load)
+    outs = tmp_path / "outs"
+    (outs / "0").mkdir(parents=True)
+    (outs / "1").symlink_to(freezable_fs.mount)  # the grow's process is task 1
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    blocker = d.submit(job(tmp_path, "blocker", "sleep 300"))
+    d.wait_event(blocker, "launched")
+    rec = d.submit(write_job(tmp_path, "rec", f'''
+        name = "rec"
+        command = ["{sys.executable}", "{recorder}"]
+        nodes = {{ min = 1, max = 2 }}
+        kind = "malleable"
+        working_dir = "{tmp_path}"
+        output = "{outs}/%t/rec.out"
+        time_limit = "3"
+    '''))
+    d.wait_event(rec, "registered")
+    assert d.job(rec)["hosts"] == ["node2"]
+    assert cli(d.state_dir, "ecancel", str(blocker)).returncode == 0
+    d.wait([blocker])
+    freezable_fs.freeze()
+    r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", "--no-wait")
+    assert r.returncode == 0, r.stderr
+    info = d.wait_event(rec, "grown", timeout=15)
+    assert info["hosts"] == ["node2", "node1"] and "order_failed" not in d.events(rec), info["events"]
+    info = d.wait_event(rec, "released", timeout=60)  # the start gave up on its output, the host came back
+    assert info["state"] == "RUNNING" and info["hosts"] == ["node2"], info
+    failed = next(e for e in info["events"] if e["event"] == "grow_failed")
+    assert failed["cause"] == "fault" and "node1" in failed["detail"], failed
+    assert "no answer from its file system within 20 s" in failed["detail"], failed
+    released = [e for e in info["events"] if e["event"] == "released"][-1]
+    assert released["nodes"] == 1 and released["cause"] == "fault", released
+    told = tmp_path / "events.log"
+    assert wait_until(lambda: "hosts_changed launch_failed node2 lost=node1" in told.read_text(), 30), \
+        told.read_text()
+    # The host is free: a job that needs it runs beside the grown-back job.
+    other = d.submit(job(tmp_path, "other", "echo on the freed node"))
+    d.wait([other], timeout=30)
+    assert d.job(other)["state"] == "COMPLETED" and started_on(d.job(other)) == ["node1"]
+    assert d.job(rec)["state"] == "RUNNING"
+
+    # A crash and a restart keep it so: the job's history, its one host, the other one free.
+    freezable_fs.thaw()  # the killed daemon's thread still waits on the open; thawed, it can exit
+    kill9(d)
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    info = d.wait_event(rec, "registered", count=2, timeout=60)  # found again, its application back
+    assert info["state"] == "RUNNING" and info["hosts"] == ["node2"], info
+    assert "grow_failed" in d.events(rec)
+    again = d.submit(job(tmp_path, "again", "echo on the freed node again"))
+    d.wait([again], timeout=30)
+    assert d.job(again)["state"] == "COMPLETED" and started_on(d.job(again)) == ["node1"]
+    assert "the application says it runs on" not in (d.state_dir / "daemon.log").read_text()
+    (tmp_path / "finish").touch()
+    d.wait([rec], timeout=30)
+    assert d.job(rec)["state"] == "COMPLETED", d.job(rec)
