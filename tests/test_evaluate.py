@@ -34,6 +34,9 @@ def test_evaluate_writes_the_report_csv_and_readme_table_with_spread_and_resumes
     assert len(runs) == 8
     report = (out / "REPORT.md").read_text()
     assert "first 300 jobs" in report and "mean over seeds [min..max]" in report
+    # The reader's counts are the whole log's (18,066 jobs kept, every one without a limit
+    # adjusted), which beside "300 kept" read as a contradiction: the reading says which is which.
+    assert "in the whole log, 18066 jobs kept" in report and "the first 300 jobs kept are simulated" in report
     name = TRACE.name.removesuffix(".swf.gz")
     with open(out / name / "summary.csv") as f:
         rows = list(csv.DictReader(f))

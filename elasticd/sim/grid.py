@@ -50,6 +50,7 @@ class TraceSource:
     def load(self) -> Trace:
         trace = read_swf(self.path, self.nodes, self.cores_per_node, self.strict)
         if self.max_jobs is not None and len(trace.jobs) > self.max_jobs:
+            trace.whole_log_kept = len(trace.jobs)
             trace.jobs = trace.jobs[: self.max_jobs]
             trace.name += f" (first {self.max_jobs} jobs)"
         return trace

@@ -74,9 +74,15 @@ class Trace:
     # What the reader saw and kept as it is, each said with its count (out of order, ...).
     notes: list[str] = field(default_factory=list)
     first_bad: str = ""  # the first malformed line and what is wrong with it
+    # Set when only the first jobs are simulated (TraceSource.max_jobs): how many the whole
+    # log kept. Every count of the report is the whole log's; said so, since "3000 kept,
+    # 7174 adjusted" read as a contradiction.
+    whole_log_kept: int | None = None
 
     def report(self) -> str:
-        parts = [f"{self.name}: {_plural(len(self.jobs), 'job', 'jobs')} kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
+        kept = len(self.jobs) if self.whole_log_kept is None else self.whole_log_kept
+        parts = [f"{self.name}: " + ("" if self.whole_log_kept is None else "in the whole log, ")
+                 + f"{_plural(kept, 'job', 'jobs')} kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
         if self.dropped:
             parts.append("dropped " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())))
         if self.adjusted:
@@ -87,6 +93,8 @@ class Trace:
             parts.append("malformed lines " + ", ".join(map(str, self.bad_lines))
                          + (" ..." if self.dropped["malformed line"] > len(self.bad_lines) else "")
                          + (f" ({self.first_bad})" if self.first_bad else ""))
+        if self.whole_log_kept is not None:
+            parts.append(f"the first {_plural(len(self.jobs), 'job', 'jobs')} kept are simulated")
         return "; ".join(parts)
 
 
