@@ -308,10 +308,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     ended: list[int] = []
     unsaved: str | None = None
     unreached: str | None = None
+    not_ended: str | None = None
     try:
         with ControlClient(rec, "elasticd-stop", timeout=5.0) as c:
             answer = c.request(Stop(), timeout=max(1.0, deadline - time.monotonic()))
             ended, unsaved, unreached = answer["ended_jobs"], answer.get("not_saved"), answer.get("not_reached")
+            not_ended = answer.get("not_ended")
     except (ElasticError, OSError) as exc:
         if not pid_alive(rec.pid):
             print(f"elasticd stopped (pid {rec.pid})")
@@ -327,11 +329,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
                     f"stop; see {state_dir / LOG_FILE} (`kill -9 {rec.pid}` ends it; its next start recovers "
                     "or ends what it leaves)")
     print(f"elasticd stopped (pid {rec.pid})")
+    if not_ended:
+        fail("elasticd", not_ended)
     if unreached:
         fail("elasticd", unreached)
     if unsaved:
         return fail("elasticd", unsaved)
-    return 1 if unreached else 0
+    return 1 if unreached or not_ended else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -197,7 +197,8 @@ class ControlServer(LineServer):
             return _ok({"job_id": req.job_id})
         if isinstance(req, Stop):
             ended = await d.stop()
-            return _ok({"ended_jobs": ended, "not_saved": d.stop_unsaved, "not_reached": d.stop_unreached})
+            return _ok({"ended_jobs": ended, "not_ended": d.stop_not_ended, "not_saved": d.stop_unsaved,
+                        "not_reached": d.stop_unreached})
         if isinstance(req, Hello):
             return _error("bad_request", "hello was already received on this connection")
         return _error("bad_request", f"unsupported request {type(req).__name__}")

@@ -265,6 +265,7 @@ class Daemon:
         self.allocation: AllocationResizer | None = None
         self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
         self.stop_unreached: str | None = None  # nodes where the stop could not end what jobs left
+        self.stop_not_ended: str | None = None  # jobs the stop did not see end, and what comes of them
 
     def now(self) -> float:
         return self.clock.now()
@@ -369,7 +370,7 @@ class Daemon:
             log.info("elasticd stopped")
 
     async def stop(self) -> list[int]:
-        """End every running job cleanly (and report which), cancel the queue, exit."""
+        """End every running job cleanly (and report which were seen ending), cancel the queue, exit."""
         if self._stopping.is_set():
             await self._stopped.wait()
             return []
@@ -386,18 +387,26 @@ class Daemon:
         # the kernel, a launcher that does not answer) the daemon stops anyway, says which
         # jobs it could not see end, and leaves them to the next start's recovery.
         if not await self._wait_for(lambda: not self.core.active_ids, self.config.kill_wait + 3.0):
-            left = self.core.active_ids
             log.error("stopping: job(s) %s not seen ending within kill-wait + 3 s; stopping anyway (the next "
-                      "start ends what is left of them)", left)
+                      "start ends what is left of them)", self.core.active_ids)
         unreached: dict[str, list[int]] = {} if reaching is None else await reaching
         if unreached:
             self.stop_unreached = "; ".join(
                 f"could not reach {host}: the processes of job {','.join(map(str, jobs))} there may still run"
                 for host, jobs in sorted(unreached.items())) + (
                 f"; `elasticd start` on {self.config.state_dir} ends them once it reaches the node")
+        # Only the jobs seen ending are answered as ended: the others stay in the journal,
+        # for the next start to take back.
+        left = self.core.active_ids
+        if left:
+            self.stop_not_ended = (
+                f"job(s) {', '.join(map(str, left))} not seen ending within the kill-wait + 3 s (a process stuck "
+                f"in the kernel, or a launcher that did not answer): their processes may still run; "
+                f"`elasticd start` on {self.config.state_dir} takes them back and ends what is left of them (a job "
+                "whose processes left no recorded exit then ends NODE_FAIL)")
         self.stop_unsaved = self._final_save()
         self._stopped.set()
-        return running
+        return [j for j in running if j not in left]
 
     def _final_save(self) -> str | None:
         """Save the jobs' last states before the stop is answered; what could not be saved,

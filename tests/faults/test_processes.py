@@ -373,3 +373,42 @@ def test_a_grow_the_application_took_before_its_new_process_failed_to_start_give
     (tmp_path / "finish").touch()
     d.wait([rec], timeout=30)
     assert d.job(rec)["state"] == "COMPLETED", d.job(rec)
+
+
+def _disk_sleep(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_stop_that_does_not_see_a_job_end_names_it_apart_from_the_ended_ones_and_fails(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs) -> None:
+    """A process blocked on a file system that hangs (frozen) outlives SIGTERM and SIGKILL:
+    the stop gives up on its job after the kill-wait + 3 s. The answer says which jobs it saw
+    end and which it did not, and what the next start does about those; the exit is non-zero.
+    Before, every job running at the stop was printed as ended (CANCELLED), exit 0, while the
+    daemon's log said it had not seen one of them end."""
+    gate, pid_file = tmp_path / "go", tmp_path / "stuck.pid"
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    stuck = d.submit(job(tmp_path, "stuck", f"echo $$ > {pid_file}; while [ ! -e {gate} ]; do sleep 0.05; done; "
+                                            f"echo x > {freezable_fs.mount}/x"))
+    fine = d.submit(job(tmp_path, "fine", "sleep 120"))
+    for j in (stuck, fine):
+        d.wait_event(j, "launched")
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text().strip().isdigit(), 30)
+    pid = int(pid_file.read_text())
+    freezable_fs.freeze()
+    gate.touch()
+    assert wait_until(lambda: _disk_sleep(pid), 30), "the job's process did not block on the frozen file system"
+    r = cli(d.state_dir, "elasticd", "stop")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"ended running job(s) {fine} (CANCELLED)" in r.stdout, r.stdout
+    assert f"job(s) {stuck} not seen ending" in r.stderr and f"`elasticd start` on {d.state_dir}" in r.stderr, r.stderr
+    assert "elasticd stopped" in r.stdout and not alive(d.record.pid)
+    freezable_fs.thaw()
+    assert wait_until(lambda: not alive(pid), 30)
+    # What the stop said the next start does: it takes the job back and settles it.
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    d.wait([stuck], timeout=30)
+    assert d.job(stuck)["state"] in ("CANCELLED", "NODE_FAIL") and d.job(fine)["state"] == "CANCELLED"
