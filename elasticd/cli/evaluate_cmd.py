@@ -21,11 +21,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Simulate each policy on each trace at each malleable percentage with several seeds, and write "
         "OUT/REPORT.md (tables with mean and min..max over seeds, against rigid EASY, and why a policy is worse "
         "where it is), OUT/TRACE/summary.csv and OUT/TRACE/turnaround.png; with --readme, the README's tables too. "
-        "Finished runs are kept in OUT/runs.jsonl: run again with --resume to continue.")
+        "Finished runs are kept in OUT/runs.jsonl: run again with --resume to continue; an OUT that holds runs is "
+        "replaced only with --fresh.")
     e.add_argument("traces", nargs="*", type=Path, metavar="TRACE",
                    help=f"SWF logs (default: every *.swf.gz in {DEFAULT_TRACES}, run from the repository)")
-    e.add_argument("--out", type=Path, default=Path("docs/results/evaluation"), metavar="DIR",
-                   help="where REPORT.md, runs.jsonl and a folder per trace go (default docs/results/evaluation)")
+    e.add_argument("--out", type=Path, default=Path("evaluation"), metavar="DIR",
+                   help="where REPORT.md, runs.jsonl and a folder per trace go (default ./evaluation; the "
+                   "repository's results are regenerated with --out docs/results/evaluation, as the README says)")
     e.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
                    help="repeatable (default: easy, conservative, every seed policy and payoff)")
     e.add_argument("--malleable", default="0,10,20,30,40,50,60,70,80,90,100", metavar="PCTS",
@@ -44,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e.add_argument("--resume", action="store_true",
                    help="keep the runs already in OUT/runs.jsonl (refused if made with another reading of a trace "
                         "or warm-up: OUT/settings.json)")
+    e.add_argument("--fresh", action="store_true",
+                   help="start afresh: replace the runs already in OUT/runs.jsonl (refused without it or --resume: "
+                        "they may have taken hours)")
     e.add_argument("--readme", type=Path, default=None, metavar="README.md",
                    help="also rewrite the README's <!-- BEGIN evaluation --> section")
     e.set_defaults(func=cmd_evaluate)
@@ -58,6 +63,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ElasticError("--nodes and --cores-per-node apply to every TRACE named: name the traces they describe")
     if args.max_jobs is not None and args.max_jobs < 1:
         raise ElasticError("--max-jobs must be at least 1")
+    if args.resume and args.fresh:
+        raise ElasticError("--resume keeps the runs in OUT and --fresh replaces them: give one")
+    if not args.resume and not args.fresh:
+        ev.refuse_to_replace(args.out)
     if args.readme is not None:
         ev.readme_section(args.readme, "evaluation")
     paths = args.traces or sorted(DEFAULT_TRACES.glob("*.swf.gz"))
@@ -90,6 +99,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                                           "strict": args.strict} for name in sources}}
     ev.keep_settings(args.out, settings, args.resume)
     runs = ev.plan(list(sources), policies, fractions, args.seeds)
+    before = len(ev.Results.load(args.out / "runs.jsonl").rows)  # 0 but with --resume
     t0 = time.perf_counter()
     try:
         results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
@@ -98,18 +108,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"\nelasticd evaluate: interrupted; {kept} runs kept in {args.out / 'runs.jsonl'}: "
               "the same command with --resume goes on from them", file=sys.stderr)
         raise
-    # What regenerates it: --resume only saves time, --workers only spreads it.
+    # What regenerates it, from nothing, wherever it is run: --resume only saves time, --workers
+    # only spreads it; --fresh, since its OUT (the repository's, or this one) holds runs.
     shown, skip = [], False
     for a in sys.argv[2:]:
         if skip:
             skip = False
-        elif a == "--resume":
+        elif a in ("--resume", "--fresh"):
             continue
         elif a == "--workers":
             skip = True
         elif not a.startswith("--workers="):
             shown.append(a)
-    command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in shown)
+    command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in [*shown, "--fresh"])
     desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds; "
             "efficiency rule, Amdahl speedups from an efficiency of 0.6-0.95 at each job's logged size, "
             "0.375 s reconfiguration per node changed" + (f"; first {args.max_jobs} jobs of each trace"
@@ -118,5 +129,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                                                       "readings": readings})
     if args.readme is not None:
         ev.update_readme(args.readme, "evaluation", ev.readme_table(results, list(sources), policies, fractions))
-    print(f"{len(results.rows)} runs ({time.perf_counter() - t0:.0f} s); report in {args.out / 'REPORT.md'}")
+    made = len(results.rows) - before
+    print(f"{len(results.rows)} runs ({made} made now, {time.perf_counter() - t0:.0f} s); report in "
+          f"{args.out / 'REPORT.md'}")
     return 0

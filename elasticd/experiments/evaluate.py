@@ -107,6 +107,22 @@ class SettingsChanged(ElasticError):
     code = "settings_changed"
 
 
+def refuse_to_replace(out: Path) -> None:
+    """A run without --resume starts afresh: refused where out/runs.jsonl holds runs (hours of
+    CPU for the README's evaluation), unless --fresh says so."""
+    log = out / "runs.jsonl"
+    try:
+        held = sum(1 for line in log.read_text().splitlines() if line.strip())
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ElasticError(f"{log}: cannot read it: {exc.strerror}") from None
+    if held:
+        raise ElasticError(f"{out} already holds {held} run{'s' if held != 1 else ''} ({log}): --resume keeps them and "
+                           "makes only the runs missing; --fresh replaces them (or delete the folder, or give "
+                           "another --out)")
+
+
 def keep_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
     """Start out/runs.jsonl afresh, or (resume) keep it only if its runs were made with the
     same settings: the same reading of each trace (machine size, units, jobs kept), the same
@@ -125,7 +141,7 @@ def keep_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
                                if was.get(key) != value)
         if changed:
             raise SettingsChanged(f"{log}: its runs were made with other settings ({'; '.join(changed)}): run "
-                                  "without --resume to start afresh, or give another --out")
+                                  "with --fresh instead of --resume to start afresh, or give another --out")
         settings = {**settings, "traces": {**before.get("traces", {}), **settings["traces"]}}
     out.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(settings, indent=1) + "\n")
