@@ -193,7 +193,46 @@ def test_what_if_runs_a_recorded_batch_under_other_policies(state: Path, tmp_pat
     # machine), so the recorded policy replays to the recorded schedule, loaded or not.
     assert abs(sim_makespan - real_makespan) <= 0.1 * real_makespan, out
     # Under minAgree the malleable jobs are resized.
-    assert float(rows["sim", "malleable"][7]) + float(rows["sim", "malleable"][8]) > 0, out
+    head = out.splitlines()[1].split()
+    resizes = [float(rows["sim", "malleable"][head.index(c)]) for c in ("SHRINK/J", "EXPAND/J")]
+    assert sum(resizes) > 0, out
+
+
+def test_what_if_writes_its_table_to_out_shows_timeouts_and_refuses_the_options_it_cannot_use(
+        state: Path, tmp_path: Path) -> None:
+    """`--out` was ignored by `--from-log` (exit 0, nothing written, no word), and so were
+    `--seeds`, `--malleable`, `--nodes`...: the what-if now writes its table there, and
+    refuses, naming them, the options of a trace's simulation. Its table has the TIMEOUT
+    column the trace tables have (its records carried the time-outs; the table left them out)."""
+    import csv
+
+    d = start_daemon(state, nodes=2, policy="easy")
+    try:
+        ids = [d.submit(sleeper(tmp_path, "overrun", 30, limit="0:02")), d.submit(sleeper(tmp_path, "quick", 0.5))]
+        d.wait(ids, timeout=60)
+        assert [d.job(j)["state"] for j in ids] == ["TIMEOUT", "COMPLETED"]
+    finally:
+        stop_daemon(d.record)
+    out = tmp_path / "whatif"
+    rc, text, err = run_tool("elasticd", "sim", "--from-log", str(state), "--policy", "fcfs", "--out", str(out))
+    assert rc == 0, err
+    lines = text.splitlines()
+    head = lines[1].split()
+    assert "TIMEOUT%" in head, text
+    real = next(ln.split() for ln in lines if ln.startswith("real "))
+    assert real[head.index("TIMEOUT%")] == "50.0", text  # one of the two jobs
+    assert f"results in {out}" in text
+    with open(out / "what-if.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["run"], r["what"], r["policy"]) for r in rows] == [("1", "real", "easy"), ("1", "sim", "easy"),
+                                                                    ("1", "sim", "fcfs")]
+    assert float(rows[0]["timeouts"]) == 0.5
+    doc = json.loads((out / "what-if.json").read_text())
+    assert doc["runs"][0]["rows"][0]["what"] == "real" and doc["runs"][0]["jobs"] == 2
+    rc, _, err = run_tool("elasticd", "sim", "--from-log", str(state), "--seeds", "5", "--malleable", "50",
+                          "--nodes", "8")
+    assert rc != 0 and "--malleable, --seeds, --nodes do not apply to --from-log" in err, err
+    assert "Traceback" not in err
 
 
 def test_a_log_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_named(tmp_path: Path) -> None:

@@ -13,16 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 from elasticd.cli.common import PolicyArgumentError, add_policy_params, policy_settings
 from elasticd.errors import ElasticError, MissingExtra
+from elasticd.metrics import WindowSummary
 from elasticd.policies import POLICIES
 
 if TYPE_CHECKING:
-    from elasticd.sim.fromlog import LoggedRun
+    from elasticd.sim.fromlog import LoggedRun, SkippedRun
     from elasticd.sim.grid import RunRow, TraceSource
     from elasticd.sim.simulator import Simulation
     from elasticd.sim.swf import Trace
     from elasticd.sim.workload import MalleabilityRule
 
 DEFAULT_FRACTIONS = "0,20,40,60,80,100"
+# A trace's simulation only: given with --from-log (which replays the logged jobs, on the
+# logged nodes), each is refused by name rather than ignored. Defaults are set at the run
+# (parsed as None, so that one given is told from one left out).
+TRACE_ONLY: dict[str, tuple[str, object]] = {
+    "malleable": ("--malleable", DEFAULT_FRACTIONS), "seeds": ("--seeds", 3), "nodes": ("--nodes", None),
+    "cores_per_node": ("--cores-per-node", None), "rule": ("--rule", "efficiency"), "model": ("--model", "amdahl"),
+    "efficiency": ("--efficiency", "0.6,0.95"), "alpha": ("--alpha", 0.375), "beta": ("--beta", 0.0),
+    "b": ("--b", 0.0), "warmup": ("--warmup", 43200.0), "workers": ("--workers", None), "strict": ("--strict", False),
+}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,26 +44,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    "each --policy beside what really happened")
     s.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
                    help=f"policy to simulate, repeatable (default: easy and malleable); one of {', '.join(sorted(POLICIES))}")
-    s.add_argument("--malleable", default=DEFAULT_FRACTIONS, metavar="PCTS",
+    s.add_argument("--malleable", metavar="PCTS",
                    help=f"malleable job percentages, comma-separated (default {DEFAULT_FRACTIONS})")
-    s.add_argument("--seeds", type=int, default=3, metavar="K", help="seeds per cell (default 3)")
+    s.add_argument("--seeds", type=int, metavar="K", help="seeds per cell (default 3)")
     s.add_argument("--nodes", type=int, help="machine size (default: from the trace header)")
     s.add_argument("--cores-per-node", type=int, default=None, metavar="C",
                    help="processors per node, to turn logged processors into nodes (default: from the "
                    "header's MaxProcs / MaxNodes when both are there, else 1)")
-    s.add_argument("--rule", choices=["efficiency", "mebf"], default="efficiency",
+    s.add_argument("--rule", choices=["efficiency", "mebf"],
                    help="how a malleable job's min/preferred/max are set (default efficiency)")
-    s.add_argument("--model", choices=["amdahl", "rho"], default="amdahl", help="speedup model family")
-    s.add_argument("--efficiency", default="0.6,0.95", metavar="LO,HI",
+    s.add_argument("--model", choices=["amdahl", "rho"], help="speedup model family (default amdahl)")
+    s.add_argument("--efficiency", metavar="LO,HI",
                    help="range of each job's parallel efficiency at its logged size; its serial "
                    "fraction (or rho) follows from it (default 0.6,0.95)")
-    s.add_argument("--alpha", type=float, default=0.375, help="reconfiguration: seconds per node changed (default 0.375)")
-    s.add_argument("--beta", type=float, default=0.0, help="reconfiguration: beta / (nodes involved) seconds")
-    s.add_argument("--b", type=float, default=0.0, help="reconfiguration: process creation seconds per node")
-    s.add_argument("--warmup", type=float, default=43200.0, metavar="S",
+    s.add_argument("--alpha", type=float, help="reconfiguration: seconds per node changed (default 0.375)")
+    s.add_argument("--beta", type=float, help="reconfiguration: beta / (nodes involved) seconds (default 0)")
+    s.add_argument("--b", type=float, help="reconfiguration: process creation seconds per node (default 0)")
+    s.add_argument("--warmup", type=float, metavar="S",
                    help="seconds excluded at the start (default 12 h); drain-down is always excluded")
     s.add_argument("--workers", type=int, default=None, help="parallel runs (default: all cores)")
-    s.add_argument("--out", type=Path, default=None, metavar="DIR", help="write CSV, JSON and PNG plots here")
+    s.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="write CSV, JSON and PNG plots here (with --from-log: the what-if table as CSV and JSON)")
     s.add_argument("--no-plots", action="store_true", help="no PNG plots (faster)")
     s.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
     add_policy_params(s)
@@ -80,9 +91,18 @@ def _range(text: str) -> tuple[float, float]:
 
 def run_sim(args: argparse.Namespace) -> int:
     if args.from_log is not None:
+        given = [opt for dest, (opt, _) in TRACE_ONLY.items() if getattr(args, dest) not in (None, False)]
+        if args.trace is not None:
+            given.insert(0, f"TRACE ({args.trace})")
+        if given:
+            raise ElasticError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --from-log: "
+                               "it simulates the jobs the log recorded, on the nodes it recorded, once per --policy")
         return run_from_log(args)
     if args.trace is None:
         raise ElasticError("give a trace (TRACE.swf) or --from-log STATE_DIR")
+    for dest, (_, default) in TRACE_ONLY.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     from elastic_protocol.models import ReconfigCost
     from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress, warmup_note
     from elasticd.sim.workload import MalleabilityRule
@@ -213,29 +233,39 @@ def plots(args: argparse.Namespace, source: TraceSource, rule: MalleabilityRule,
 def run_from_log(args: argparse.Namespace) -> int:
     """Per daemon run of the log: the recorded run, then the same jobs simulated under its own
     policy and each --policy. A log of one run prints as it always did; with several, each
-    gets its heading, and one that cannot be simulated says why."""
+    gets its heading, and one that cannot be simulated says why. --out: the tables as CSV
+    and JSON."""
     from elasticd.sim.fromlog import SkippedRun, load
 
     runs = load(args.from_log)
+    tables: list[tuple[LoggedRun | SkippedRun, list[WhatIfRow]]] = []
     if len(runs) == 1:
         [run] = runs
         if isinstance(run, SkippedRun):
             raise ElasticError(f"{args.from_log}: {run.why}")
         print(f"{args.from_log}: {_run_heading(run)}")
-        _what_if_table(args, run)
-        return 0
-    print(f"{args.from_log}: {len(runs)} daemon runs (a run: a daemon start and the restarts that recovered its "
-          "jobs), each simulated on its own nodes under its own policy")
-    for run in runs:
-        where = f"run {run.number} (log line {run.line}, {run.starts} daemon start{'s' if run.starts > 1 else ''})"
-        if isinstance(run, SkippedRun):
-            print(f"\n{where}: not simulated: {run.why}")
-        else:
-            print(f"\n{where}: {_run_heading(run)}")
-            _what_if_table(args, run)
-    if all(isinstance(run, SkippedRun) for run in runs):
-        raise ElasticError(f"{args.from_log}: no run of the log could be simulated")
+        tables.append((run, _what_if_table(args, run)))
+    else:
+        print(f"{args.from_log}: {len(runs)} daemon runs (a run: a daemon start and the restarts that recovered its "
+              "jobs), each simulated on its own nodes under its own policy")
+        for run in runs:
+            where = f"run {run.number} (log line {run.line}, {run.starts} daemon start{'s' if run.starts > 1 else ''})"
+            if isinstance(run, SkippedRun):
+                print(f"\n{where}: not simulated: {run.why}")
+                tables.append((run, []))
+            else:
+                print(f"\n{where}: {_run_heading(run)}")
+                tables.append((run, _what_if_table(args, run)))
+        if all(isinstance(run, SkippedRun) for run in runs):
+            raise ElasticError(f"{args.from_log}: no run of the log could be simulated")
+    if args.out is not None:
+        _write_what_if(args.out, args, tables)
+        print(f"results in {args.out}")
     return 0
+
+
+# One line of a what-if table: real or sim, the policy, its figures.
+WhatIfRow = tuple[str, str, WindowSummary]
 
 
 def _run_heading(run: LoggedRun) -> str:
@@ -243,17 +273,48 @@ def _run_heading(run: LoggedRun) -> str:
             + (f" ({run.left_out} cancelled before they started, left out)" if run.left_out else ""))
 
 
-def _what_if_table(args: argparse.Namespace, run: LoggedRun) -> None:
+def _what_if_table(args: argparse.Namespace, run: LoggedRun) -> list[WhatIfRow]:
     from elasticd.sim.fromlog import what_if
     from elasticd.table import render_table
 
     policies = args.policy or [run.policy]
     params = per_policy_params(policies, args.policy_config, args.policy_param)
-    rows = [("real", run.policy, run.real)]
+    rows: list[WhatIfRow] = [("real", run.policy, run.real)]
     rows.append(("sim", run.policy, what_if(run, run.policy, run.params)))
     rows += [("sim", p, what_if(run, p, params[p])) for p in policies if p != run.policy]
     print(render_table(
-        ["RUN", "POLICY", "MAKESPAN(s)", "UTIL%", "WAIT(s)", "TURNAROUND(s)", "BSLD", "SHRINK/J", "EXPAND/J"],
+        ["RUN", "POLICY", "MAKESPAN(s)", "UTIL%", "WAIT(s)", "TURNAROUND(s)", "BSLD", "TIMEOUT%", "SHRINK/J",
+         "EXPAND/J"],
         [[what, p, f"{s.makespan:.1f}", f"{100 * s.utilization:.1f}", f"{s.mean_wait:.1f}",
-          f"{s.mean_turnaround:.1f}", f"{s.mean_bounded_slowdown:.2f}", f"{s.shrinks_per_job:.2f}",
-          f"{s.expands_per_job:.2f}"] for what, p, s in rows]))
+          f"{s.mean_turnaround:.1f}", f"{s.mean_bounded_slowdown:.2f}", f"{100 * s.timeouts:.1f}",
+          f"{s.shrinks_per_job:.2f}", f"{s.expands_per_job:.2f}"] for what, p, s in rows]))
+    return rows
+
+
+def _write_what_if(out: Path, args: argparse.Namespace,
+                   tables: list[tuple[LoggedRun | SkippedRun, list[WhatIfRow]]]) -> None:
+    """OUT/what-if.csv: a line per table row, each daemon run's number first; OUT/what-if.json:
+    the same per run, with what each run was (or why it was not simulated) and the settings."""
+    import dataclasses
+
+    from elasticd.sim.fromlog import SkippedRun
+
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [{"run": run.number, "what": what, "policy": p, **dataclasses.asdict(s)}
+             for run, rows in tables for what, p, s in rows]
+    with open(out / "what-if.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["run", "what", "policy", *(x.name for x in dataclasses.fields(WindowSummary))])
+        w.writeheader()
+        w.writerows(lines)
+    doc = {
+        "version": 1,
+        "log": str(args.from_log),
+        "parameters": vars_for_json(args),
+        "runs": [{"number": run.number, "line": run.line, "starts": run.starts, "simulated": False, "why": run.why}
+                 if isinstance(run, SkippedRun) else
+                 {"number": run.number, "line": run.line, "starts": run.starts, "simulated": True, "nodes": run.nodes,
+                  "policy": run.policy, "params": run.params, "jobs": len(run.jobs), "left_out": run.left_out,
+                  "rows": [{"what": what, "policy": p, **dataclasses.asdict(s)} for what, p, s in rows]}
+                 for run, rows in tables],
+    }
+    (out / "what-if.json").write_text(json.dumps(doc, indent=1) + "\n")
