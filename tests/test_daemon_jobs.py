@@ -169,7 +169,7 @@ def test_equeue_json_document_has_every_field_even_when_unknown(daemon: RunningD
     expected = {"job_id", "name", "kind", "state", "reason", "nodes", "nodes_min", "nodes_max",
                 "nodes_preferred", "hosts", "submit_time", "start_time", "end_time", "time_limit",
                 "time_used", "exit_code", "exit_signal", "exit", "command", "working_dir",
-                "output_path", "error_path", "node_seconds", "events", "held", "note", "requested"}
+                "output_path", "error_path", "node_seconds", "events", "held", "note", "requested", "limit_now"}
     assert set(w) == expected and set(by_id[blocker]) == expected
     assert by_id[blocker]["hosts"] == ["node1", "node2", "node3", "node4"]
     table = daemon.cli("equeue").stdout.splitlines()
@@ -222,3 +222,42 @@ def test_equeue_shows_a_queue_whose_document_exceeds_the_request_line_limit(daem
     assert len(json.loads(r.stdout)["jobs"]) == 400
     assert daemon.cli("equeue").stdout.count("PENDING") == 399
     daemon.cli("ecancel", *map(str, ids))
+
+
+def test_equeue_shows_the_limit_a_job_will_be_ended_at_once_its_model_scales_it(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """A job's `time_limit` is its limit at its preferred size; with a model, the daemon ends
+    it at the limit scaled to the size it runs at. Shrunk from 4 nodes to 1 under a linear
+    model, a limit of 1:00 becomes about 4:00 from its start: equeue showed LIMIT 1:00 (and
+    TIME past it, RUNNING) and --json only time_limit 60. Now LIMIT and `limit_now` are what
+    the daemon ends it at; `time_limit` stays the one asked for."""
+    import sys
+
+    from elastic_protocol.timefmt import format_duration
+
+    recorder = Path(__file__).resolve().parent / "apps" / "recorder.py"
+    jid = daemon.submit(write_job(workdir, "scaled", f'''
+        name = "scaled"
+        command = ["{sys.executable}", "{recorder}"]
+        nodes = {{ min = 1, max = 4, preferred = 4 }}
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "1:00"
+        model = {{ speedup = "linear" }}
+    '''))
+    daemon.wait_event(jid, "registered")
+    ran = daemon.job(jid)
+    assert ran["nodes"] == 4 and abs(ran["limit_now"] - 60) < 1e-6, ran  # at its preferred size: as asked
+    r = daemon.cli("elasticd", "resize", str(jid), "1")
+    assert r.returncode == 0, r.stderr
+    info = daemon.job(jid)
+    assert info["nodes"] == 1 and info["time_limit"] == 60, info
+    # 60 s of its limit at 4 nodes last 240 s at 1, less 3 s for each second it ran at 4 (and
+    # plus what the model charges for the resize).
+    used = next(e["time"] for e in info["events"] if e["event"] == "shrunk") - info["start_time"]
+    assert 240 - 3 * used - 1 <= info["limit_now"] <= 240 - 3 * used + 10, (used, info)
+    row = next(line.split() for line in daemon.cli("equeue").stdout.splitlines()[1:] if line.split()[0] == str(jid))
+    assert row[7] == format_duration(info["limit_now"]) and row[7] != "1:00", row
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=60)
+    assert daemon.job(jid)["state"] == "COMPLETED"

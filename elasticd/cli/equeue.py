@@ -31,7 +31,8 @@ def row(j: JobInfo) -> tuple[str, ...]:
         str(j.nodes),
         f"{j.nodes_min}-{j.nodes_max}",
         format_duration(j.time_used),
-        format_duration(j.time_limit),
+        # The limit it is ended at (scaled by its model to its size), once it has started.
+        format_duration(j.limit_now if j.limit_now is not None else j.time_limit),
         j.exit or "",
         where,
     )

@@ -62,6 +62,7 @@ def job_info(job: Job, now: float, note: str | None = None) -> JobInfo:
         start_time=job.start_time,
         end_time=job.end_time,
         time_limit=job.time_limit,
+        limit_now=None if job.limit_due is None or job.start_time is None else job.limit_due - job.start_time,
         time_used=job.time_used(now),
         exit_code=job.exit_code,
         exit_signal=job.exit_signal,

@@ -148,6 +148,11 @@ class JobInfo(BaseModel):
     # An evolving job's request waiting to be granted (`request N` on the application
     # channel), in nodes; 0 when none waits.
     requested: int = 0
+    # The limit the daemon ends the job at, in seconds from its start, as things stand:
+    # `time_limit` (asked for at the preferred size) scaled by the job's model to the size it
+    # runs at, and its resizes' costs added; `time_limit` itself without a model. None until
+    # it starts, and without a limit.
+    limit_now: float | None = None
 
 
 QUEUE_DOCUMENT_VERSION = 1
