@@ -80,3 +80,34 @@ def test_metrics_agree_with_equeue_and_status_and_count_resizes_by_outcome_and_c
     assert m["elastic_launch_seconds_count"] == 1
     assert m["elastic_journal_commit_seconds_count"] >= 3
     assert d.cli("ecancel", str(mall), str(waiting)).returncode == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_metrics_port_the_system_picks_is_printed_by_start_and_status(tmp_path: Path) -> None:
+    """`--metrics-port 0` binds a port the system picks: it appeared only in daemon.log. Now
+    `elasticd start` and `elasticd status` print where the metrics are, and they are there."""
+    import os
+    import re
+    import subprocess
+
+    from conftest import BIN
+
+    env = {**os.environ, "ELASTIC_STATE_DIR": str(tmp_path / "state")}
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "elasticd"), *args], check=False, capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    started = tool("start", "--local", "1", "--metrics-port", "0")
+    try:
+        assert started.returncode == 0, started.stderr
+        said = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", started.stdout)
+        assert said is not None and said[1] != "0", started.stdout
+        status = tool("status")
+        assert status.returncode == 0 and f"metrics at http://127.0.0.1:{said[1]}/metrics" in status.stdout, \
+            status.stdout
+        assert json.loads(tool("status", "--json").stdout)["metrics"] == f"http://127.0.0.1:{said[1]}/metrics"
+        assert scrape(int(said[1]))['elastic_nodes{state="idle"}'] == 1
+    finally:
+        if started.returncode == 0:
+            assert tool("stop").returncode == 0

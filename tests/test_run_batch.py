@@ -92,7 +92,11 @@ def test_run_batch_says_why_a_job_did_not_complete(tmp_path: Path) -> None:
     write_job(batch, "bad", 'name = "bad"\ncommand = ["sh", "-c", "exit 4"]\nnodes = 1\nworking_dir = "."\n')
     r = subprocess.run([str(BIN / "elasticd"), "run", str(batch), "--local", "2"], check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "FAILED: launch failed: cannot open output file" in r.stdout and "missing" in r.stdout
+    # Its output file could not be made: said so, with why, not given as where its output is.
+    nodir = next(line for line in r.stdout.splitlines() if line.startswith("job ") and "(nodir)" in line)
+    jid = nodir.split()[1]
+    assert nodir.endswith(f"FAILED: launch failed: its output file {batch}/missing/{jid}.out could not be created: "
+                          "No such file or directory (nothing was written)"), nodir
     assert "(bad) FAILED: exit 4:0" in r.stdout
     # Exit 2, and the figures are not passed off as a schedule.
     assert "no job COMPLETED (2 ended otherwise): the figures below measure failures" in r.stdout

@@ -250,8 +250,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         if dropped:
             print(f"  ended NODE_FAIL, their processes ended: job(s) {', '.join(map(str, dropped))}: they held "
                   f"nodes this start leaves out (--drop-missing-nodes; the nodes are named in {state_dir / LOG_FILE})")
-    if args.metrics_port:
-        print(f"  metrics at http://{args.listen}:{args.metrics_port}/metrics")
+    if info.metrics is not None:
+        print(f"  metrics at {info.metrics}")
     if info.storage is not None:
         print(f"  STATE DIRECTORY: {info.storage}")
     print(f"  state and log in {state_dir}")
@@ -356,6 +356,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     up = time.time() - info.started_at
     print(f"elasticd {info.version} running (pid {info.pid}, up {up:.0f} s), mode {info.mode}, policy {info.policy}")
     print(f"  control {info.control_address}, applications {info.app_address}, state {state_dir}")
+    if info.metrics is not None:
+        print(f"  metrics at {info.metrics}")
     if info.policy_params:
         print("  policy parameters: " + ", ".join(f"{k}={v}" for k, v in info.policy_params.items()))
     counts: dict[str, int] = {}

@@ -235,6 +235,7 @@ class ControlServer(LineServer):
             recovered_jobs=d.recovered_jobs,
             storage=d.storage_problem(),
             allocation=None if d.allocation is None else d.allocation.status(),
+            metrics=d.metrics_url,
         )
 
 

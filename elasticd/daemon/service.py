@@ -205,6 +205,7 @@ class Daemon:
         self._hostfiles: dict[int, tuple[str, ...]] = {}
         self._deadline_waits: dict[int, int] = {}
         self.metrics: DaemonMetrics | None = None
+        self.metrics_url: str | None = None  # where they are served: the port bound, --metrics-port 0 too
         self._order_sent_at: dict[int, float] = {}
         # Job-scoped rendezvous values (put/get on the application channel).
         self.job_values: dict[int, dict[str, str]] = {}
@@ -290,7 +291,8 @@ class Daemon:
         if cfg.metrics_port is not None:
             self.metrics = DaemonMetrics()
             port = self.metrics.serve(cfg.listen_host, cfg.metrics_port)
-            log.info("metrics on http://%s:%d/metrics", cfg.listen_host, port)
+            self.metrics_url = f"http://{cfg.listen_host}:{port}/metrics"
+            log.info("metrics on %s", self.metrics_url)
             self._refresh_metrics()
         csrv = await _listen(control, cfg.listen_host, cfg.control_port or ports.get("control_port", 0), "control")
         asrv = await _listen(app, cfg.app_host, cfg.app_port or ports.get("app_port", 0), "application")

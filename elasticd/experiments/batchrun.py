@@ -9,6 +9,7 @@ its jobs, before it goes.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from elastic_protocol.control import Queue, QueueDocument, Stop, Submit, Wait
+from elastic_protocol.control import JobInfo, Queue, QueueDocument, Stop, Submit, Wait
 from elastic_protocol.jobspec import JobSpec
 from elastic_protocol.timefmt import format_duration
 from elasticd.client import ControlClient
@@ -146,6 +147,21 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+# The launcher's reason when a job's output (or error) file could not be opened.
+_UNOPENED = re.compile(r"cannot open output file (?P<path>.+): (?P<why>[^:]+)$")
+
+
+def _why(j: JobInfo) -> str:
+    """Why the job did not complete, and where its output is; a file its launch could not
+    create is said so, with why, not given as where its output is."""
+    why = j.reason or "exit " + (j.exit or "?")
+    unopened = _UNOPENED.search(why)
+    if unopened is not None:
+        return (why[:unopened.start()] + f"its output file {unopened['path']} could not be created: "
+                f"{unopened['why']} (nothing was written)")
+    return why + (f"; output in {j.output_path}" if j.output_path else "")
+
+
 def print_report(doc: QueueDocument, total_nodes: int) -> None:
     recs = records(doc)
     head = ("JOBID", "NAME", "STATE", "EXIT", "NODES", "WAIT(s)", "RUN(s)", "TURNAROUND(s)", "BSLD")
@@ -159,8 +175,7 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
     print(render_table(head, rows))
     for j in doc.jobs:
         if j.state != "COMPLETED":
-            print(f"job {j.job_id} ({j.name}) {j.state}: {j.reason or 'exit ' + (j.exit or '?')}"
-                  f"{'; output in ' + j.output_path if j.output_path else ''}")
+            print(f"job {j.job_id} ({j.name}) {j.state}: {_why(j)}")
     s = summarize(recs, total_nodes)
     print()
     completed = sum(1 for j in doc.jobs if j.state == "COMPLETED")

@@ -198,3 +198,6 @@ class StatusInfo(BaseModel):
     # The Slurm allocation, when it shrinks and grows (`--release-idle`, `--grow-allocation`):
     # its rules, companion allocations and node-seconds held, used and given back.
     allocation: dict[str, Any] | None = None
+    # Where the Prometheus metrics are served (the port really bound, which --metrics-port 0
+    # leaves to the system); None without --metrics-port.
+    metrics: str | None = None
