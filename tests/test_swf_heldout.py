@@ -228,12 +228,27 @@ def test_a_log_of_too_short_lines_is_refused_naming_a_line_and_what_is_wrong(tmp
     path = write(tmp_path, [" ".join(r.split()[:9]) for r in BASE])
     code, _, err = sim_cli(path, capsys=capsys)
     assert code == 1 and "Traceback" not in err
-    assert f"{path}: no usable job" in err and "line 3: 9 fields, 18 expected" in err
+    assert f"{path}: no usable job" in err and "line 3: 9 fields, 11 or more needed (18 in full)" in err
 
 
 def test_a_malformed_line_says_which_field_is_wrong(tmp_path: Path) -> None:
     t = read_swf(write(tmp_path, [*BASE, "41 50 -1 abc 1 -1 -1 1 200 -1 1 1 1 -1 -1 -1 -1 -1"]))
     assert t.bad_lines == [43] and "line 43: field 4 is 'abc'" in t.report()
+
+
+
+def test_every_malformed_line_listed_says_what_is_wrong_with_it_in_words_that_agree_with_the_reader(
+        tmp_path: Path) -> None:
+    """Only the first listed line had a reason, a short one was said to need 18 fields (11 to
+    17 are read, the rest unknown), and two drops read '2 malformed line'."""
+    t = read_swf(write(tmp_path, [*BASE, "41 50 -1 100", "42 60 -1 abc 1 -1 -1 1 200 -1 1 1 1 -1 -1 -1 -1 -1"]))
+    report = t.report()
+    assert t.bad_lines == [43, 44] and "dropped 2 malformed lines" in report, report
+    assert ("malformed lines 43, 44 (line 43: 4 fields, 11 or more needed (18 in full); "
+            "line 44: field 4 is 'abc', not a number)") in report, report
+    assert "18 expected" not in report
+    one = read_swf(write(tmp_path, [*BASE, "41 50 -1 100"], name="one.swf")).report()
+    assert "dropped 1 malformed line;" in one, one
 
 
 # ---- files ----------------------------------------------------------------------------------

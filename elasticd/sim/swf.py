@@ -73,7 +73,8 @@ class Trace:
     units: str = ""  # how sizes were read (processors per node, and where that came from)
     # What the reader saw and kept as it is, each said with its count (out of order, ...).
     notes: list[str] = field(default_factory=list)
-    first_bad: str = ""  # the first malformed line and what is wrong with it
+    # What is wrong with each line of bad_lines ("line 15: 4 fields, ..."), in the same order.
+    bad_problems: list[str] = field(default_factory=list)
     # Set when only the first jobs are simulated (TraceSource.max_jobs): how many the whole
     # log kept. Every count of the report is the whole log's; said so, since "3000 kept,
     # 7174 adjusted" read as a contradiction.
@@ -84,7 +85,8 @@ class Trace:
         parts = [f"{self.name}: " + ("" if self.whole_log_kept is None else "in the whole log, ")
                  + f"{_plural(kept, 'job', 'jobs')} kept on {self.nodes} nodes" + (f" ({self.units})" if self.units else "")]
         if self.dropped:
-            parts.append("dropped " + ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items())))
+            parts.append("dropped " + ", ".join(_plural(n, why, _PLURALS.get(why, why))
+                                                for why, n in sorted(self.dropped.items())))
         if self.adjusted:
             parts.append("adjusted " + ", ".join(f"{n} {why}" for why, n in sorted(self.adjusted.items())))
         if self.notes:
@@ -92,10 +94,14 @@ class Trace:
         if self.bad_lines:
             parts.append("malformed lines " + ", ".join(map(str, self.bad_lines))
                          + (" ..." if self.dropped["malformed line"] > len(self.bad_lines) else "")
-                         + (f" ({self.first_bad})" if self.first_bad else ""))
+                         + (f" ({'; '.join(self.bad_problems)})" if self.bad_problems else ""))
         if self.whole_log_kept is not None:
             parts.append(f"the first {_plural(len(self.jobs), 'job', 'jobs')} kept are simulated")
         return "; ".join(parts)
+
+
+# Reasons for a drop that are counted nouns: "2 malformed lines", not "2 malformed line".
+_PLURALS = {"malformed line": "malformed lines", "duplicate of an earlier line": "duplicates of an earlier line"}
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -181,7 +187,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     seen: set[str] = set()
     dropped: Counter[str] = Counter()
     bad: list[int] = []
-    first_bad = ""
+    problems: list[str] = []
     short = long = 0
     lineno = 0
     try:
@@ -203,7 +209,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
                 values: list[float] = []
                 problem = ""
                 if len(fields) < MIN_FIELDS:
-                    problem = f"{len(fields)} fields, {FIELDS} expected"
+                    problem = f"{len(fields)} fields, {MIN_FIELDS} or more needed ({FIELDS} in full)"
                 for i, x in enumerate(fields[:FIELDS] if not problem else ()):
                     try:
                         number = float(x)
@@ -223,7 +229,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
                     dropped["malformed line"] += 1
                     if len(bad) < 10:
                         bad.append(lineno)
-                    first_bad = first_bad or f"line {lineno}: {problem}"
+                        problems.append(f"line {lineno}: {problem}")
                     continue
                 short += len(fields) < FIELDS
                 long += len(fields) > FIELDS
@@ -308,7 +314,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
             f"(processors per node) or --nodes N (the machine's size)")
     if not jobs:
         why = ", ".join(f"{n} {w}" for w, n in sorted(dropped.items())) or "no job line"
-        raise TraceError(f"{path}: no usable job ({why})" + (f"; {first_bad}" if first_bad else ""))
+        raise TraceError(f"{path}: no usable job ({why})" + (f"; {problems[0]}" if problems else ""))
     if parts:
         notes.append(_plural(parts, "partial execution", "partial executions")
                      + " (status 2-4) without their job's whole line (each simulated as a job)")
@@ -327,7 +333,7 @@ def read_swf(path: Path, nodes: int | None = None, cores_per_node: int | None = 
     name = path.name
     for suffix in (".gz", ".bz2", ".xz"):
         name = name.removesuffix(suffix)
-    return Trace(name, nodes, jobs, dropped, adjusted, bad, units, notes, first_bad)
+    return Trace(name, nodes, jobs, dropped, adjusted, bad, units, notes, problems)
 
 
 def _machine(path: Path, nodes: int | None, cores_per_node: int | None,
