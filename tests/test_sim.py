@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gc
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from conftest import BIN
 from elastic_protocol.models import Amdahl
+from elastic_protocol.timefmt import MAX_TIME_LIMIT
 from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
 from elasticd.policies import make_policy
 from elasticd.policies.registry import REGISTRY
@@ -270,3 +272,42 @@ def test_a_simulation_under_each_policy_makes_no_reference_cycles(policy: str, s
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_a_simulated_jobs_spec_is_what_pydantic_makes_of_the_same_fields() -> None:
+    # The simulator fills its specs in without pydantic's copying (simulator._filled): a
+    # pydantic that keeps a model's parts otherwise must fail here, not drift unseen.
+    from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange, PerfModel
+    from elasticd.sim.simulator import _spec
+    from elasticd.sim.workload import SimJob
+
+    trace = read_swf(TRACES / "sdsc-sp2-1998.swf.gz")
+    jobs = build_workload(Trace(trace.name, trace.nodes, trace.jobs[:300]), 0.5, 4)
+    j = jobs[0]
+    jobs += [SimJob(9, 0.0, 10.0, 2, 1e12, False, 1, 4, 3, j.speedup, 10.0, j.cost, moldable=True, has_model=False)]
+    kinds = set()
+    for j in jobs:
+        spec = _spec(j)
+        seconds = math.ceil(j.limit_at_preferred)
+        tl = None if seconds > MAX_TIME_LIMIT else f"{seconds // 60}:{seconds % 60:02d}"
+        model = PerfModel.model_construct(speedup="linear", work=None, alpha=0.0, beta=0.0, b=0.0).model_copy(
+            update={"speedup": j.speedup.text, "alpha": j.cost.alpha, "beta": j.cost.beta, "b": j.cost.b})
+        template = JobSpec.model_construct(name="sim", command=["sim"], nodes=1, kind=JobKind.RIGID, time_limit="1:00")
+        if j.malleable or j.moldable:
+            nodes = NodeRange.model_construct(min=1, max=1, preferred=1).model_copy(
+                update={"min": j.min_nodes, "max": j.max_nodes, "preferred": j.preferred})
+            kind = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
+            want = template.model_copy(update={"nodes": nodes, "kind": kind, "time_limit": tl,
+                                               "model": model if j.has_model else None})
+        else:
+            want = template.model_copy(update={"nodes": j.nodes, "time_limit": tl,
+                                               "model": model if j.has_model else None})
+        assert spec == want
+        assert spec.model_dump() == want.model_dump()
+        assert spec.model_fields_set == want.model_fields_set
+        assert JobSpec.model_validate(spec.model_dump()) == spec  # a valid job file
+        for part, wanted in ((spec.nodes, want.nodes), (spec.model, want.model)):
+            if isinstance(part, NodeRange | PerfModel):
+                assert part.model_fields_set == wanted.model_fields_set
+        kinds.add((spec.resolved_kind, spec.model is None, spec.time_limit is None))
+    assert kinds >= {(JobKind.RIGID, False, False), (JobKind.MALLEABLE, False, False), (JobKind.MOLDABLE, True, True)}

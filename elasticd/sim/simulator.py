@@ -25,6 +25,7 @@ import gc
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from elastic_protocol.jobspec import JobKind, JobSpec, NodeRange, PerfModel
 from elastic_protocol.models import WorkProgress
@@ -38,6 +39,8 @@ from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob
+
+_M = TypeVar("_M", JobSpec, NodeRange, PerfModel)
 
 _END, _WAKE, _LIMIT, _REGISTER = 1, 2, 3, 4
 _SHRINK = OrderKind.SHRINK
@@ -73,43 +76,58 @@ class JobOutcome:
                            self.state == JobState.TIMEOUT.value)
 
 
-_SPECS: dict[tuple[object, ...], JobSpec] = {}
-
-
 def _spec(j: SimJob) -> JobSpec:
     """The job file a trace job would have: its node range, its time limit at its preferred
     size and its performance model (speedup and reconfiguration cost, not its work: a
     scheduler knows a job's limit, not how long it will really run). Trace jobs were
-    validated by the reader, so pydantic's validation is skipped; specs are frozen, so jobs
-    alike share one."""
+    validated by the reader, so pydantic's validation is skipped.
+
+    Made anew for each job: a trace's jobs all differ (each has its own speedup model and
+    its own limit), and a cache of them that never hit grew by a trace's worth of specs
+    with every simulation a process ran."""
     seconds = math.ceil(j.limit_at_preferred)
     # Beyond any job file's limit (a year; logs write 'none' as 2^31 - 1 s, and a limit scaled
     # to a preferred size below the logged one grows): none, as UNLIMITED.
-    limit = None if seconds > MAX_TIME_LIMIT else seconds
-    text = j.speedup.text if j.has_model else None
-    key = (j.malleable, j.moldable, j.min_nodes, j.max_nodes, j.preferred, limit, text, j.cost)
-    spec = _SPECS.get(key)
-    if spec is None:
-        spec = _SPECS[key] = _make_spec(j, limit, text)
-    return spec
+    tl = None if seconds > MAX_TIME_LIMIT else f"{seconds // 60}:{seconds % 60:02d}"
+    model = None
+    if j.has_model:
+        cost = j.cost
+        model = _filled(PerfModel, _MODEL_FIELDS, _MODEL_SET,
+                        {"speedup": j.speedup.text, "alpha": cost.alpha, "beta": cost.beta, "b": cost.b})
+    if j.malleable or j.moldable:
+        nodes = _filled(NodeRange, _RANGE_FIELDS, _RANGE_SET,
+                        {"min": j.min_nodes, "max": j.max_nodes, "preferred": j.preferred})
+        kind = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
+        return _filled(JobSpec, _TEMPLATE_FIELDS, _RANGED_SET,
+                       {"nodes": nodes, "kind": kind, "time_limit": tl, "model": model})
+    return _filled(JobSpec, _TEMPLATE_FIELDS, _RIGID_SET, {"nodes": j.nodes, "time_limit": tl, "model": model})
 
 
-# Specs are copied from these with the job's own fields set: a copy costs a quarter of
-# model_construct, which fills in every default anew (8,000 distinct specs in a trace).
+# Specs are made from these with the job's own fields set, as model_copy(update=...) makes
+# them (the same fields, the same set of fields set; tests/test_sim.py compares the two)
+# in a third of its time: model_copy goes through copy.copy for each of a model's parts,
+# and model_construct fills in every default anew.
 _RANGE = NodeRange.model_construct(min=1, max=1, preferred=1)
 _TEMPLATE = JobSpec.model_construct(name="sim", command=["sim"], nodes=1, kind=JobKind.RIGID, time_limit="1:00")
 _MODEL = PerfModel.model_construct(speedup="linear", work=None, alpha=0.0, beta=0.0, b=0.0)
+_RANGE_FIELDS, _TEMPLATE_FIELDS, _MODEL_FIELDS = dict(_RANGE.__dict__), dict(_TEMPLATE.__dict__), dict(_MODEL.__dict__)
+_RANGE_SET = frozenset(_RANGE.model_fields_set | {"min", "max", "preferred"})
+_RIGID_SET = frozenset(_TEMPLATE.model_fields_set | {"nodes", "time_limit", "model"})
+_RANGED_SET = frozenset(_RIGID_SET | {"kind"})
+_MODEL_SET = frozenset(_MODEL.model_fields_set | {"speedup", "alpha", "beta", "b"})
+_set = object.__setattr__  # what pydantic sets a model's parts with (its own setattr refuses: frozen)
 
 
-def _make_spec(j: SimJob, limit: int | None, text: str | None) -> JobSpec:
-    tl = None if limit is None else f"{limit // 60}:{limit % 60:02d}"
-    model = None if text is None else _MODEL.model_copy(
-        update={"speedup": text, "alpha": j.cost.alpha, "beta": j.cost.beta, "b": j.cost.b})
-    if j.malleable or j.moldable:
-        nodes = _RANGE.model_copy(update={"min": j.min_nodes, "max": j.max_nodes, "preferred": j.preferred})
-        kind = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
-        return _TEMPLATE.model_copy(update={"nodes": nodes, "kind": kind, "time_limit": tl, "model": model})
-    return _TEMPLATE.model_copy(update={"nodes": j.nodes, "time_limit": tl, "model": model})
+def _filled(cls: type[_M], template: dict[str, Any], fields_set: frozenset[str], update: dict[str, Any]) -> _M:
+    """A model of `cls` with the template's fields, `update` set over them (see above)."""
+    m = cls.__new__(cls)
+    fields = template.copy()
+    fields.update(update)
+    _set(m, "__dict__", fields)
+    _set(m, "__pydantic_fields_set__", set(fields_set))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
 
 
 class Simulation:
