@@ -13,6 +13,7 @@ from pathlib import Path
 
 from elastic_protocol.control import (
     JobEventInfo,
+    JobInfo,
     Queue,
     QueueDocument,
     ReleaseHold,
@@ -399,7 +400,10 @@ _SETTLED = {"shrunk": True, "grown": True, "refused": False, "deferred": False, 
 
 def cmd_resize(args: argparse.Namespace) -> int:
     """Order the resize and, unless --no-wait, wait for its outcome: the application's
-    answer is what decides it, and a refusal is an error (exit 1), not a success."""
+    answer is what decides it, and a refusal is an error (exit 1), not a success. A grow is
+    not done at `grown`: the application may answer before the new processes are started,
+    and their start may still fail (`grow_failed`: the hosts go back). So a grow's outcome
+    is read once its start is over (the job's note is no longer Joining)."""
     with ControlClient.connect(args.state_dir, "elasticd-resize") as c:
         before = _history(c, args.job_id)
         c.request(Resize(job_id=args.job_id, nodes=args.nodes, hold=args.hold))
@@ -414,16 +418,28 @@ def cmd_resize(args: argparse.Namespace) -> int:
             print(f"job {args.job_id}: ordered to {args.nodes} nodes (not waiting for the outcome)")
             return 0
         deadline = time.monotonic() + args.timeout
+        info: JobInfo | None = None
+        at: int | None = None  # where the outcome is in the job's history
         while time.monotonic() < deadline:
-            events = _history(c, args.job_id)
-            outcome = next((e for e in events[len(before):] if e.event in _SETTLED), None)
-            if outcome is not None:
+            info = _job(c, args.job_id)
+            events = info.events if info is not None else []
+            at = next((i for i in range(len(before), len(events)) if events[i].event in _SETTLED), None)
+            if at is not None and not (events[at].event == "grown" and info is not None and info.note == "Joining"):
                 break
             time.sleep(0.1)
         else:
+            late = " (the grow's new processes were still being started)" if at is not None else ""
             return fail("elasticd", f"job {args.job_id}: ordered to {args.nodes} nodes, no outcome within "
-                        f"{args.timeout:g} s (`equeue -j {args.job_id} --json` shows what follows)")
+                        f"{args.timeout:g} s{late} (`equeue -j {args.job_id} --json` shows what follows)")
+    assert info is not None and at is not None
+    outcome = info.events[at]
     what = f"{outcome.event.replace('_', ' ')}" + (f": {outcome.detail}" if outcome.detail else "")
+    if outcome.event == "grown":
+        undone = next((e for e in info.events[at + 1:] if e.event == "grow_failed"), None)
+        if undone is not None:
+            # Its detail names the hosts given back and the launcher's reason.
+            return fail("elasticd", f"job {args.job_id}: grown to {outcome.nodes} nodes, then undone: "
+                        f"{undone.detail}")
     if _SETTLED[outcome.event]:
         print(f"job {args.job_id}: {outcome.event} to {outcome.nodes} nodes ({', '.join(outcome.hosts)})")
         return 0
@@ -431,8 +447,13 @@ def cmd_resize(args: argparse.Namespace) -> int:
 
 
 def _history(c: ControlClient, job_id: int) -> list[JobEventInfo]:
+    info = _job(c, job_id)
+    return info.events if info is not None else []
+
+
+def _job(c: ControlClient, job_id: int) -> JobInfo | None:
     doc = QueueDocument.model_validate(c.request(Queue(job_ids=[job_id], all=True)))
-    return doc.jobs[0].events if doc.jobs else []
+    return doc.jobs[0] if doc.jobs else None
 
 
 def cmd_release(args: argparse.Namespace) -> int:

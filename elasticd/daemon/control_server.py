@@ -214,7 +214,8 @@ class ControlServer(LineServer):
         head = pending[0] if pending else None
         blocked = bool(pending) and d.storage_problem() is not None
         return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked)) for j in jobs])
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining))
+                                   for j in jobs])
 
     def _status(self) -> StatusInfo:
         d = self.daemon

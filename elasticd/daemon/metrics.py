@@ -9,6 +9,8 @@ the HTTP thread of prometheus_client never reads the daemon's own structures. Na
     elastic_nodes{state}                     nodes: idle, allocated, down
     elastic_resizes_total{outcome,cause}     settled orders: shrunk, grown, refused, deferred,
                                              deadline_missed, order_failed; who asked
+    elastic_grows_failed_total               grows undone after `grown`: their new processes did not
+                                             start, their hosts given back (history grow_failed)
     elastic_order_seconds                    order sent -> settled (histogram)
     elastic_launch_seconds                   launch of a job's processes (histogram)
     elastic_journal_commit_seconds           journal commits (histogram)
@@ -42,6 +44,9 @@ class DaemonMetrics:
         self.resizes = PCounter("elastic_resizes", "settled resize orders, by outcome and who asked",
                                 ["outcome", "cause"], registry=r)
         self.submitted = PCounter("elastic_submitted", "jobs accepted", registry=r)
+        # Not a resize outcome: the grow was settled (`grown`) before it was undone.
+        self.grows_failed = PCounter("elastic_grows_failed", "grows the application took (grown) whose new processes "
+                                     "did not start: their hosts given back", registry=r)
         self.order_seconds = Histogram("elastic_order_seconds", "order sent to settled", buckets=_LATENCY, registry=r)
         self.launch_seconds = Histogram("elastic_launch_seconds", "starting a job's processes", buckets=_LATENCY,
                                         registry=r)
@@ -59,7 +64,8 @@ class DaemonMetrics:
         return int(server.server_address[1])
 
     def refresh(self, core: Core, allocation: Mapping[str, float] | None = None) -> None:
-        """Gauges from the core (on the loop), and the resize outcomes recorded since last time."""
+        """Gauges from the core (on the loop), and the resize outcomes (and grows undone)
+        recorded since last time."""
         if allocation is not None:
             for kind in ("held", "used", "given_back"):
                 self.allocation_node_seconds.labels(kind=kind).set(allocation[kind])
@@ -74,4 +80,6 @@ class DaemonMetrics:
             for e in job.events[seen:]:
                 if e.event in RESIZE_OUTCOMES:
                     self.resizes.labels(outcome=str(e.event), cause=str(e.cause or "daemon")).inc()
+                elif e.event == "grow_failed":
+                    self.grows_failed.inc()
             self._seen[jid] = len(job.events)

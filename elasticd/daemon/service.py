@@ -263,6 +263,10 @@ class Daemon:
         # report that their processes are gone resolves these, and is not the job's end.
         self._cut_short: dict[int, asyncio.Future[None]] = {}
         self._outputs: dict[int, set[Path]] = {}  # each running job's output files
+        # Hosts where a grow's processes are being started (LaunchJoining under way): the
+        # application may have answered `grown` already, and the start still fail (`note`
+        # Joining, which `elasticd resize` waits out for the grow's final outcome).
+        self.joining: dict[int, set[str]] = {}
         self.allocation: AllocationResizer | None = None
         self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
         self.stop_unreached: str | None = None  # nodes where the stop could not end what jobs left
@@ -680,9 +684,42 @@ class Daemon:
                         now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
                 self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
+            self._give_back_unstarted(jid, found)
         if cut_short:
             await asyncio.gather(*(self._requeue_cut_short(jid, found, missing, limits.get(jid))
                                    for jid, (found, missing) in cut_short.items()))
+
+    def _give_back_unstarted(self, jid: int, found: list[str]) -> None:
+        """A running job's hosts where no process of it was ever started: the previous daemon
+        died after the application took a grow (`grown`) and before its processes there
+        were started, or before it heard that their start failed. Nothing else would ever
+        tell this daemon: the job would hold them, with nothing of it there, to its end. They
+        go as for a start that failed (JoinLaunchFailed: given back, the job goes on at its
+        old size, or ends FAILED below its minimum; its application told `hosts ...
+        reason=launch_failed`). A host where a process of the job started and has ended
+        since is the launcher's `found` (its end counts at the job's end, as when the daemon
+        watches it end). Not here: the leader's host (the job goes with it), hosts already
+        leaving, an open grow's (settled above), nodes down (the launcher could not look:
+        a node failure), MPI jobs (mpirun on the first host starts the ranks)."""
+        job = self.core.job(jid)
+        if not job.state.holds_nodes or job.ending_as is not None or job.spec.launcher == "mpi":
+            return
+        order = job.order
+        open_grow = order is not None and not order.settled and order.kind is OrderKind.GROW
+        coming = set(order.new_hosts) if order is not None and open_grow else set()
+        unstarted = tuple(h for h in job.hosts[1:] if h not in found and h not in job.leaving and h not in coming
+                          and self._all_checked([h]))
+        if not unstarted:
+            return
+        why = "none was started there before the daemon stopped (found so at its restart)"
+        log.warning("job %d: no process of it on %s, where none was started before the restart: it goes on "
+                    "without them", jid, ",".join(unstarted))
+        # What its application was told it holds: it is told of the change when it registers.
+        self.app_hosts.setdefault(jid, self._held(job))
+        open_id = order.order_id if order is not None and not order.settled else None
+        self._do(ev.JoinLaunchFailed(self.now(), jid, unstarted, why))
+        if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
+            self._order_settled(open_id)
 
     async def _requeue_cut_short(self, jid: int, found: list[str], missing: list[str], limit: ArmLimit | None) -> None:
         """A launch the crash cut short: the job's processes run on some of its hosts and
@@ -1193,6 +1230,7 @@ class Daemon:
                 log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
                 self._spawn(self.launcher.terminate(a.job_id, a.hosts), f"terminate-{a.job_id}")
             elif isinstance(a, LaunchJoining):
+                self.joining.setdefault(a.job_id, set()).update(a.hosts)
                 self._spawn(self._launch_joining(a), f"join-{a.job_id}")
             elif isinstance(a, SendOrder):
                 self._send_order(a)
@@ -1301,6 +1339,17 @@ class Daemon:
                 self._order_settled(open_id)
             self._notify()
             self._schedule_soon()
+        finally:
+            self._joined(a)
+
+    def _joined(self, a: LaunchJoining) -> None:
+        """The grow's start is over, done or failed (a failure is in the job's history by
+        then: no turn of the loop in between shows neither)."""
+        hosts = self.joining.get(a.job_id)
+        if hosts is not None:
+            hosts.difference_update(a.hosts)
+            if not hosts:
+                del self.joining[a.job_id]
 
     async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
         job = self.core.jobs.get(job_id)

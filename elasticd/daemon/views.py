@@ -15,10 +15,12 @@ from elasticd.launch.base import expand_pattern
 UNREGISTERED_AFTER = 60.0
 
 
-def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False) -> str | None:
+def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False, joining: bool = False) -> str | None:
     """The job's state in a word, as squeue's REASON column gives it. `disk_full`: no job
     may start (the state directory is short of space or cannot be written), whatever else
-    a pending job waits for: idle nodes would otherwise read as a scheduler that hangs."""
+    a pending job waits for: idle nodes would otherwise read as a scheduler that hangs.
+    `joining`: a grow's processes are still being started, after the application took the
+    grow (Joining): the grow may yet be undone (`grow_failed`)."""
     if job.state is JobState.PENDING:
         if disk_full:
             return "StateDiskFull"
@@ -27,6 +29,8 @@ def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False)
         return None
     if job.order is not None and not job.order.settled:
         return f"ResizeBy:{job.order.cause.value}"
+    if joining:
+        return "Joining"
     if job.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not job.malleable_ready and not job.deregistered:
         if job.connection_lost():  # a library that gave up reconnecting never registers again
             return "Disconnected"

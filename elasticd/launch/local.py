@@ -92,6 +92,10 @@ def proc_files(job_dir: Path, host: str) -> tuple[Path, Path]:
     return job_dir / f"proc-{host}.pid", job_dir / f"proc-{host}.status"
 
 
+# Seconds a restarted daemon waits for a wrapper that runs but has not yet written its pid
+# (it does so first thing; the daemon died just after launching it).
+_PID_WAIT = 10.0
+
 STATUS_BLANK = " " * 7 + "\n"
 PID_BLANK = " " * 10 + "\n"  # a pid (at most 4194304 on Linux), left-aligned
 
@@ -415,14 +419,21 @@ class LocalLauncher:
         """Find a job's processes again after a daemon restart and watch them as if started here.
 
         Returns the hosts where the job has a process, running or ended with a recorded
-        status; a host without either has none (never started, or killed with its wrapper).
+        status. A wrapper that recorded its pid and died without a status (killed with its
+        command) ended there too, as 0:9, when the job has a process on another host: so a
+        watching daemon would have seen it end. A host whose pid file is missing or blank
+        had none started: the start never got that far, or failed (the daemon's recovery
+        gives such a host back). A wrapper that runs there but has not yet written its pid
+        (the daemon died right after it launched it) is given `_PID_WAIT` seconds to;
+        one that does not is ended, so that nothing of the job runs on a host reported
+        without it.
         """
         job = _LocalJob(job_id)
+        killed: list[_HostProc] = []
         for host in hosts:
             pid_file, status_file = proc_files(job_dir, host)
-            try:
-                pid = int(pid_file.read_text().strip())
-            except (OSError, ValueError):
+            pid = await self._recorded_pid(job, host, pid_file)
+            if pid is None:
                 continue
             if _is_wrapper(pid, _marker(job_id, host)):
                 job.procs[host] = _HostProc(host, None, pid, status_file)
@@ -431,11 +442,35 @@ class LocalLauncher:
                 if code is not None:
                     job.procs[host] = _HostProc(host, None, pid, status_file, returncode=code,
                                                 ended_at=_mtime(status_file))
+                else:
+                    killed.append(_HostProc(host, None, -1, status_file, returncode=-signal.SIGKILL))
         if job.procs:
+            # Not when every process is gone so: the job is lost then (NODE_FAIL), as with its node.
+            job.procs.update((hp.host, hp) for hp in killed)
             self._jobs[job_id] = job
             for hp in job.procs.values():
                 self._spawn(self._watch(job, hp))
         return list(job.procs)
+
+    async def _recorded_pid(self, job: _LocalJob, host: str, pid_file: Path) -> int | None:
+        """The pid the wrapper on `host` recorded; None if it recorded none, after waiting
+        for (or else ending) a wrapper that runs there without having recorded it yet."""
+        def read() -> int | None:
+            try:
+                return int(pid_file.read_text().strip())
+            except (OSError, ValueError):
+                return None
+
+        pid = read()
+        if pid is not None or not self.contain.members(job.job_id, host):
+            return pid
+        await _until(lambda: read() is not None, _PID_WAIT)
+        pid = read()
+        if pid is None:
+            log.warning("job %d: a process of it on %s never recorded its pid in %s within %g s; ending it",
+                        job.job_id, host, pid_file, _PID_WAIT)
+            await self._end(job, [_HostProc(host, None, -1, Path("/nonexistent"))])
+        return pid
 
     async def end_strays(self, running: set[int]) -> dict[int, int]:
         """Processes of jobs this daemon does not run (lost with a damaged journal, or left by
@@ -556,6 +591,11 @@ class LocalLauncher:
                 # only over when the remaining hosts' processes end.
                 job.procs.pop(hp.host, None)
                 await hp.wait()
+                # Its records go with it: after a restart, a start of the job there again
+                # (a grow) that never happened must not be taken for this one, ended.
+                for f in (hp.status_file.with_suffix(".pid"), hp.status_file):
+                    with contextlib.suppress(OSError):
+                        f.unlink()
                 # A grow may bring the job back to this host: its new processes get their
                 # own SIGTERM when the job ends.
                 job.term_sent.pop(hp.host, None)

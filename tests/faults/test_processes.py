@@ -16,7 +16,7 @@ import psutil
 import pytest
 from faults_support import cli, start
 
-from conftest import BIN, FreezableFs, alive, read_pid, wait_until, write_job
+from conftest import BIN, FreezableFs, RunningDaemon, alive, read_pid, wait_gone, wait_until, write_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -303,6 +303,101 @@ def test_a_job_cancelled_while_its_grow_waits_on_a_hung_file_system_ends_and_fre
     after = d.submit(job(tmp_path, "after", "echo both nodes", nodes=2))
     d.wait([after], timeout=30)
     assert d.job(after)["state"] == "COMPLETED"
+
+
+def grow_on_a_frozen_file_system(tmp_path: Path, daemons: list, fs: FreezableFs,
+                                 extra: list[str] | None = None) -> tuple[RunningDaemon, int]:
+    """A daemon on node1 and node2, and a malleable recorder job on node2 whose grow's process
+    (task 1, on node1) writes its output on `fs`, frozen now: a grow's start waits
+    ELASTIC_FS_WAIT seconds on it, then fails. The daemon and the job, not yet ordered."""
+    import sys
+
+    recorder = Path(__file__).resolve().parent.parent / "apps" / "recorder.py"
+    outs = tmp_path / "outs"
+    (outs / "0").mkdir(parents=True)
+    (outs / "1").symlink_to(fs.mount)
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0, extra=extra)
+    blocker = d.submit(job(tmp_path, "blocker", "sleep 300"))  # on node1: the job starts on node2
+    d.wait_event(blocker, "launched")
+    rec = d.submit(write_job(tmp_path, "rec", f'''
+        name = "rec"
+        command = ["{sys.executable}", "{recorder}"]
+        nodes = {{ min = 1, max = 2 }}
+        kind = "malleable"
+        working_dir = "{tmp_path}"
+        output = "{outs}/%t/rec.out"
+        time_limit = "3"
+    '''))
+    d.wait_event(rec, "registered")
+    assert d.job(rec)["hosts"] == ["node2"]
+    assert cli(d.state_dir, "ecancel", str(blocker)).returncode == 0
+    d.wait([blocker])
+    fs.freeze()
+    return d, rec
+
+
+def test_a_daemon_killed_after_grown_before_the_grows_start_gives_the_host_back_when_restarted(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The application answered `grown`; the grow's start still waits on its output's file
+    system when the daemon is killed (kill -9): no process of the job was ever started on
+    node1. The restarted daemon finds none there and gives node1 back as for a start that
+    failed (grow_failed, released): the job runs on at its old size, its application is told,
+    the host takes the next job. Before, recovery only looked at open grows: the job held
+    node1, with nothing of it there, for the rest of its run (no `released`)."""
+    monkeypatch.setenv("ELASTIC_FS_WAIT", "300")  # the start never fails on its own here
+    d, rec = grow_on_a_frozen_file_system(tmp_path, daemons, freezable_fs)
+    r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", "--no-wait")
+    assert r.returncode == 0, r.stderr
+    info = d.wait_event(rec, "grown", timeout=15)
+    assert info["hosts"] == ["node2", "node1"], info
+    pid = d.record.pid
+    os.kill(pid, signal.SIGKILL)
+    # The thread opening the output waits uninterruptibly: the rest of the daemon goes first
+    # (its main thread a zombie). Thawed, that thread dies without running another line.
+    assert wait_until(lambda: not alive(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30)
+    freezable_fs.thaw()
+    wait_gone(pid, 30)
+    assert (d.state_dir / "jobs" / str(rec) / "proc-node1.pid").read_text().strip() == ""  # never started
+
+    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
+    info = d.wait_event(rec, "released", timeout=30)
+    assert info["state"] == "RUNNING" and info["hosts"] == ["node2"], info
+    failed = next(e for e in info["events"] if e["event"] == "grow_failed")
+    assert failed["cause"] == "fault" and "node1" in failed["detail"] and "restart" in failed["detail"], failed
+    told = tmp_path / "events.log"
+    assert wait_until(lambda: "hosts_changed launch_failed node2 lost=node1" in told.read_text(), 30), \
+        told.read_text()
+    other = d.submit(job(tmp_path, "other", "echo on the freed node"))
+    d.wait([other], timeout=30)
+    assert d.job(other)["state"] == "COMPLETED" and started_on(d.job(other)) == ["node1"]
+    (tmp_path / "finish").touch()
+    d.wait([rec], timeout=30)
+    assert d.job(rec)["state"] == "COMPLETED", d.job(rec)
+
+
+def test_resize_waiting_on_a_grow_undone_after_grown_fails_naming_the_host_and_why_and_the_metric_counts_it(
+        tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`elasticd resize` (waiting) on a grow whose new process cannot open its output: the
+    application answers `grown` at once, the start fails ELASTIC_FS_WAIT seconds later and the
+    host goes back. The command waits for that start and exits 1 saying the grow was undone,
+    naming the host and the launcher's reason; elastic_grows_failed_total counts it. Before,
+    it printed "grown to 2 nodes" and exited 0 as soon as the application answered."""
+    from test_metrics import free_port, scrape
+
+    monkeypatch.setenv("ELASTIC_FS_WAIT", "12")  # the application answers long before (seconds under load)
+    port = free_port()
+    d, rec = grow_on_a_frozen_file_system(tmp_path, daemons, freezable_fs, extra=["--metrics-port", str(port)])
+    assert scrape(port)["elastic_grows_failed_total"] == 0
+    r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", timeout=120)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"job {rec}: grown to 2 nodes, then undone: " in r.stderr, r.stderr
+    assert "could not be started on node1" in r.stderr, r.stderr
+    assert "no answer from its file system within 12 s" in r.stderr, r.stderr
+    events = d.events(rec)
+    assert "order_failed" not in events and events.index("grown") < events.index("grow_failed"), events
+    assert wait_until(lambda: scrape(port)["elastic_grows_failed_total"] == 1, 10), scrape(port)
+    assert scrape(port)['elastic_resizes_total{cause="user",outcome="grown"}'] == 1
+    (tmp_path / "finish").touch()
 
 
 def test_a_grow_the_application_took_before_its_new_process_failed_to_start_gives_the_host_back(
