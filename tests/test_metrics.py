@@ -4,6 +4,8 @@ checked against what `equeue --json` and `elasticd status --json` say at the sam
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import urllib.request
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, start_daemon, stop_daemon, wait_gone, wait_until, write_job
 
 RECORDER = Path(__file__).parent / "apps" / "recorder.py"
 
@@ -111,3 +113,40 @@ def test_a_metrics_port_the_system_picks_is_printed_by_start_and_status(tmp_path
     finally:
         if started.returncode == 0:
             assert tool("stop").returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_daemon_counts_only_what_happens_after_its_start(tmp_path: Path) -> None:
+    """Counters start at zero in a new process (Prometheus reads a reset as such); a restart
+    counted again every resize in its recovered jobs' histories, so a rate over the restart
+    showed a burst of resizes that had happened before it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    port = free_port()
+    d = start_daemon(tmp_path / "state", nodes=4, extra=["--metrics-port", str(port)])
+    try:
+        mall = d.submit(write_job(work, "rec", f'''
+            name = "rec"
+            command = ["{sys.executable}", "{RECORDER}"]
+            nodes = {{ min = 1, max = 3 }}
+            kind = "malleable"
+            working_dir = "."
+        '''))
+        d.wait_event(mall, "registered")
+        assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
+        assert wait_until(lambda: scrape(port).get('elastic_resizes_total{cause="user",outcome="shrunk"}') == 1.0, 30)
+    except BaseException:
+        stop_daemon(d.record)
+        raise
+    os.kill(d.record.pid, signal.SIGKILL)  # the job runs on, to be taken back with its history
+    wait_gone(d.record.pid)
+    port = free_port()
+    d = start_daemon(tmp_path / "state", nodes=4, extra=["--metrics-port", str(port)])
+    try:
+        assert "shrunk" in d.cli("eacct", "-j", str(mall), "-l").stdout  # its history is back
+        m = scrape(port)
+        assert m['elastic_jobs{state="RUNNING"}'] == 1
+        assert m.get('elastic_resizes_total{cause="user",outcome="shrunk"}', 0.0) == 0.0, m
+        assert d.cli("ecancel", str(mall)).returncode == 0
+    finally:
+        stop_daemon(d.record)

@@ -58,6 +58,13 @@ class DaemonMetrics:
             "(with --release-idle / --grow-allocation)", ["kind"], registry=r)
         self._seen: dict[int, int] = {}  # job -> events already counted
 
+    def count_from_now(self, core: Core) -> None:
+        """Count only what happens from now on: a restarted daemon takes its jobs back with
+        their histories, and counting those again showed, across the restart, a burst of
+        resizes that had happened before it (a new process's counters start at zero, which
+        Prometheus reads as a reset)."""
+        self._seen = {jid: len(job.events) for jid, job in core.jobs.items()}
+
     def serve(self, host: str, port: int) -> int:
         """Listen in a thread of prometheus_client's; the port really bound."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)

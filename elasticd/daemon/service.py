@@ -294,6 +294,7 @@ class Daemon:
         self._log_start()
         if cfg.metrics_port is not None:
             self.metrics = DaemonMetrics()
+            self.metrics.count_from_now(self.core)
             port = self.metrics.serve(cfg.listen_host, cfg.metrics_port)
             self.metrics_url = f"http://{cfg.listen_host}:{port}/metrics"
             log.info("metrics on %s", self.metrics_url)
