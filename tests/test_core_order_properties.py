@@ -462,12 +462,15 @@ class OrderSim:
             if room == 0:
                 return
             count = self.rnd.randint(1, room + 1)
-            if count <= room:
+            if count <= room and not job.deregistered:
                 core.handle(NodesRequested(t, jid, count))
                 assert job.requested == count
-            else:
-                with pytest.raises(OrderRejected):
+            else:  # past its maximum, or after a deregister (no grow could grant it)
+                before = (job.requested, job.requested_at)
+                with pytest.raises(OrderRejected) as exc:
                     core.handle(NodesRequested(t, jid, count))
+                assert exc.value.code == ("deregistered" if job.deregistered else "bad_request")
+                assert (job.requested, job.requested_at) == before
             return
         hosts = self.rnd.sample(sorted(set(job.hosts) - job.leaving), self.rnd.randint(1, staying - lo))
         if job.order is not None:

@@ -825,6 +825,19 @@ def test_evolving_request_is_bounded_by_the_jobs_maximum() -> None:
     assert events(job)[-1] == "requested"
 
 
+def test_an_evolving_job_that_deregistered_is_refused_a_request_no_order_could_grant() -> None:
+    """An outside user's report: `request 1` after `deregister` was `ok`, and `requested: 1`
+    stayed in the queue for ever, though no order is ever sent after a deregister."""
+    core, policy = cluster()
+    job = run(core, policy, evolving(1, 4), 2)
+    core.handle(Unregistered(1.0, job.job_id, final=True))
+    with pytest.raises(OrderRejected, match="deregistered") as exc:
+        core.handle(NodesRequested(2.0, job.job_id, 1))
+    assert exc.value.code == "deregistered"
+    assert job.requested == 0 and job.requested_at is None and "requested" not in events(job)
+    assert core.snapshot(2.0).running[0].requested == 0
+
+
 def test_evolving_request_room_does_not_count_hosts_being_released() -> None:
     core, policy = cluster()
     job = run(core, policy, evolving(1, 4), 4)

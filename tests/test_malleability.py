@@ -169,6 +169,41 @@ def test_missed_deadline_ends_the_job_on_hosts_the_daemon_picks(fast_daemon: Run
     finish(d, workdir, jid)
 
 
+def test_an_evolving_job_that_deregistered_is_refused_a_request_by_the_library(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """An outside user's report: `request 1` after `deregister` was `ok request 1` and
+    `requested: 1` stayed in equeue for ever, though no order comes after a deregister."""
+    (workdir / "late.py").write_text(
+        "import pathlib, time\n"
+        "from elastic_apps import DaemonRefused, JobChannel, MalleableHandler\n"
+        "job = JobChannel.connect()\n"
+        "job.register(MalleableHandler())\n"
+        "job.disable()\n"
+        "try:\n"
+        "    job.request_grow(1)\n"
+        "    out = 'ok'\n"
+        "except DaemonRefused as exc:\n"
+        "    out = f'{exc.code}: {exc.message}'\n"
+        "pathlib.Path('result').write_text(out)\n"
+        "while not pathlib.Path('finish').exists():\n"
+        "    time.sleep(0.02)\n")
+    jid = daemon.submit(write_job(workdir, "late", f'''
+        name = "late"
+        command = ["{sys.executable}", "late.py"]
+        nodes = {{ min = 1, max = 3 }}
+        kind = "evolving"
+        working_dir = "."
+        time_limit = "2"
+    '''))
+    result = workdir / "result"
+    assert wait_until(lambda: result.exists() and result.read_text() != "", 30)
+    assert result.read_text().startswith("deregistered: "), result.read_text()
+    info = daemon.job(jid)
+    assert info["requested"] == 0 and "requested" not in [e["event"] for e in info["events"]]
+    assert "deregistered" in [e["event"] for e in info["events"]]
+    finish(daemon, workdir, jid)
+
+
 def test_disabled_handler_receives_no_more_orders(daemon: RunningDaemon, workdir: Path) -> None:
     jid = daemon.submit(recorder_job(workdir))
     daemon.wait_event(jid, "registered")

@@ -886,6 +886,8 @@ class Core:
         job = self.job(ev.job_id)
         if job.kind is not JobKind.EVOLVING:
             raise OrderRejected("bad_request", f"job {ev.job_id} is {job.kind.value}; only evolving jobs request nodes")
+        if job.deregistered:  # no order is sent after a deregister: nothing could grant it
+            raise OrderRejected("deregistered", f"job {ev.job_id} deregistered for good; it is sent no grow")
         _lo, hi, _ = job.bounds
         room = hi - (job.size - len(job.leaving))
         if ev.count > room:
