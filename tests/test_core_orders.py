@@ -550,6 +550,19 @@ def test_missed_shrink_deadline_makes_the_daemon_end_the_job_on_its_last_hosts()
     assert core.nodes.free_hosts() == ["n4", "n5", "n6"]
 
 
+def test_a_shrink_settled_at_its_deadline_is_the_daemons_doing_in_the_jobs_history() -> None:
+    """README: the cause of a size change is who decided it, `daemon` for a missed deadline's
+    choice of hosts (it was `user`, the order's asker, whose hosts were never chosen)."""
+    core, policy = cluster()
+    job = run(core, policy, malleable(1, 6), 4)
+    order = only_order(core.handle(ResizeRequested(1.0, job.job_id, 2)))
+    core.handle(OrderDeadline(31.0, job.job_id, order.order_id))
+    core.handle(HostsGone(32.0, job.job_id, ("n3", "n4")))
+    assert [(e.event, e.cause) for e in job.events[-3:]] == [
+        ("shrink_ordered", "user"), ("deadline_missed", "daemon"), ("shrunk", "daemon")]
+    assert job.events[-1].hosts == ("n1", "n2")
+
+
 def test_missed_shrink_deadline_picks_the_last_hosts_in_the_jobs_list_not_by_name() -> None:
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 2)  # n1 n2

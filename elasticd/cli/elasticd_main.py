@@ -398,6 +398,25 @@ _SETTLED = {"shrunk": True, "grown": True, "refused": False, "deferred": False, 
             "order_failed": False, "order_dropped": False, "ended": False, "cancelled": False}
 
 
+def _settles(e: JobEventInfo, since: list[JobEventInfo]) -> bool:
+    """Whether the entry settles the order whose history is `since`. A shrink's missed
+    deadline does not: the daemon then ends the job on hosts of its choosing, and `shrunk`
+    follows once they are free (or the job's end, if it comes first)."""
+    if e.event == "deadline_missed" and any(x.event == "shrink_ordered" for x in since):
+        return False
+    return e.event in _SETTLED
+
+
+def _daemon_chose(since: list[JobEventInfo]) -> str:
+    """What a shrink settled at its deadline adds to its outcome: whose choice the hosts were."""
+    ordered = next((e for e in since if e.event == "shrink_ordered"), None)
+    shrunk = next((e for e in since if e.event == "shrunk"), None)
+    if ordered is None or shrunk is None or not any(e.event == "deadline_missed" for e in since):
+        return ""
+    gone = " ".join(h for h in ordered.hosts if h not in shrunk.hosts)
+    return f"; the application did not answer in time, so the daemon chose the hosts to give back: {gone}"
+
+
 def cmd_resize(args: argparse.Namespace) -> int:
     """Order the resize and, unless --no-wait, wait for its outcome: the application's
     answer is what decides it, and a refusal is an error (exit 1), not a success. A grow is
@@ -423,7 +442,8 @@ def cmd_resize(args: argparse.Namespace) -> int:
         while time.monotonic() < deadline:
             info = _job(c, args.job_id)
             events = info.events if info is not None else []
-            at = next((i for i in range(len(before), len(events)) if events[i].event in _SETTLED), None)
+            at = next((i for i in range(len(before), len(events)) if _settles(events[i], events[len(before):])),
+                      None)
             if at is not None and not (events[at].event == "grown" and info is not None and info.note == "Joining"):
                 break
             time.sleep(0.1)
@@ -441,7 +461,8 @@ def cmd_resize(args: argparse.Namespace) -> int:
             return fail("elasticd", f"job {args.job_id}: grown to {outcome.nodes} nodes, then undone: "
                         f"{undone.detail}")
     if _SETTLED[outcome.event]:
-        print(f"job {args.job_id}: {outcome.event} to {outcome.nodes} nodes ({', '.join(outcome.hosts)})")
+        print(f"job {args.job_id}: {outcome.event} to {outcome.nodes} nodes ({', '.join(outcome.hosts)})"
+              + _daemon_chose(events[len(before):]))
         return 0
     return fail("elasticd", f"job {args.job_id}: the resize to {args.nodes} nodes did not happen: {what}")
 

@@ -855,7 +855,8 @@ class Core:
                 job.record(now, K.SHRUNK, order.cause, f"order {order.order_id}: -{order.count}")
                 job.last_resize = now
             elif order.settled is Settlement.DEADLINE_MISSED and order.kind is OrderKind.SHRINK:
-                job.record(now, K.SHRUNK, order.cause, f"order {order.order_id}: -{order.count} (deadline missed)")
+                # The hosts were the daemon's choice, whoever asked for the shrink (README).
+                job.record(now, K.SHRUNK, Cause.DAEMON, f"order {order.order_id}: -{order.count} (deadline missed)")
                 job.last_resize = now
             job.order = None
             if job.state is JobState.RESIZING:
