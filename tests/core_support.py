@@ -94,7 +94,16 @@ def check_snapshot(core: Core, now: float) -> None:
     assert snap.free_nodes == core.nodes.free_count
     idle_down = sum(1 for n in core.nodes.down if core.nodes.owner_of(n) is None)
     assert snap.free_nodes + sum(core.jobs[j].size for j in core.active_ids) + idle_down == core.nodes.total
-    assert [p.job_id for p in snap.pending] == core.pending_ids
+    # A pending job the cluster is too small for is in no snapshot, and says why.
+    assert [p.job_id for p in snap.pending] == [j for j in core.pending_ids if j not in core.cannot_start]
+    capacity = max(core.nodes.total, core.grow_to)
+    for jid in core.pending_ids:
+        job = core.jobs[jid]
+        lo, hi, pref = job.bounds
+        assert lo <= pref <= hi, f"job {jid}: range {job.bounds}"
+        assert (lo > capacity) == (jid in core.cannot_start), f"job {jid}: min {lo} on {capacity} nodes"
+        assert job.reason == core.cannot_start.get(jid), f"job {jid}: reason {job.reason!r}"
+        assert lo > capacity or hi <= capacity, f"job {jid}: max {hi} on {capacity} nodes"
     assert [r.job_id for r in snap.running] == core.active_ids
     for view in snap.running:
         job = core.jobs[view.job_id]
@@ -138,4 +147,4 @@ def fingerprint(core: Core) -> tuple[object, ...]:
     jobs = {jid: json.loads(json.dumps(job_state(j))) for jid, j in sorted(core.jobs.items())}
     return (jobs, core.pending_ids, core.active_ids, core.next_job_id, core.next_order_id, core.nodes.members,
             sorted(core.nodes.owner.items()), sorted(core.nodes.down), sorted(core.nodes.gone), core.nodes.free_count,
-            {jid: j.bounds for jid, j in core.jobs.items()})
+            {jid: j.bounds for jid, j in core.jobs.items()}, dict(core.cannot_start))

@@ -33,7 +33,7 @@ from elasticd.core.events import (
 from elasticd.core.nodes import NodeState
 from elasticd.core.states import JobState
 from elasticd.errors import InvalidTransition, JobRejected, PolicyError, UnknownJob
-from elasticd.policies import make_policy
+from elasticd.policies import POLICIES, make_policy
 from elasticd.policies.base import Decision, Grow, Shrink, Snapshot, Start
 
 NODES = ["n1", "n2", "n3", "n4"]
@@ -670,3 +670,80 @@ def test_nodes_join_free_and_idle_nodes_leave_but_never_the_first() -> None:
     assert core.nodes.total == 5 and core.nodes.members == ["n1", "n3", "n4", "n5", "n6"]
     assert core.handle(NodeDown(6.0, "n2")) == []  # a node that left is nobody's business
     assert core.nodes.free_count == 1
+
+
+# ---- jobs the cluster became too small for (elasticd.core.sizes.refit_bounds) ------------
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_jobs_restored_on_fewer_nodes_than_their_minimum_wait_saying_why_and_hold_up_no_policy(policy: str) -> None:
+    """An outside user's report: restarted on 1 node, the waiting 4- and 2-node jobs showed
+    min 4 max 1 and min 2 max 1, and a new 1-node job waited behind them for ever. Kept
+    (acknowledged work is not dropped), out of every policy's sight, saying why, with their
+    range intact; taken back into the queue when the cluster has their minimum again."""
+    old = make_core(policy)
+    start_one(old, "r2", 2, 0.0)
+    wide = submit(old, spec("r4", 4), 1.0).job_id
+    narrow = submit(old, spec("r2", 2), 2.0).job_id
+    core = make_core(policy, ["n1"])
+    core.restore(list(old.jobs.values()), old.next_order_id, 10.0, old.next_job_id)
+    for jid, lo in ((wide, 4), (narrow, 2)):
+        job = core.job(jid)
+        assert job.state is JobState.PENDING and job.bounds == (lo, lo, lo), job.bounds
+        assert job.reason == f"needs {lo} nodes, the cluster has 1"
+    assert core.cannot_start == {wide: "needs 4 nodes, the cluster has 1", narrow: "needs 2 nodes, the cluster has 1"}
+    assert core.pending_ids == [wide, narrow] and core.snapshot(10.0).pending == ()
+    one = submit(core, spec("r1", 1), 11.0).job_id
+    assert core.handle(PassDue(11.0)) == [Launch(one, ("n1",))]
+    core.handle(NodesAdded(12.0, ("n2", "n3", "n4")))
+    assert core.cannot_start == {} and [p.job_id for p in core.snapshot(12.0).pending] == [wide, narrow]
+    assert core.job(wide).reason is None and core.job(wide).bounds == (4, 4, 4)
+    core.handle(Exited(13.0, one, 0, 0))
+    started = {a.job_id for a in core.handle(PassDue(13.0)) if isinstance(a, Launch)}
+    assert started and started <= {wide, narrow}
+
+
+def test_a_policy_that_starts_a_job_the_cluster_is_too_small_for_is_refused() -> None:
+    policy = _ScriptedPolicy([])
+    old = make_core()
+    wide = submit(old, spec("r4", 4), 0.0).job_id
+    core = Core(["n1", "n2"], policy)
+    core.restore(list(old.jobs.values()), old.next_order_id, 1.0, old.next_job_id)
+    policy.decisions = [Start(wide, 2)]
+    with pytest.raises(PolicyError, match="started on 2 nodes, outside 4..4"):
+        core.handle(PassDue(2.0))
+    assert core.job(wide).state is JobState.PENDING and core.nodes.free_count == 2
+
+
+def test_idle_nodes_leaving_under_a_waiting_job_hold_it_out_of_the_queue_until_they_are_back() -> None:
+    """The same rule when the allocation itself shrinks: the job wider than what is left
+    neither blocks an FCFS queue nor keeps a maximum the cluster no longer has; when the
+    nodes come back it has its whole range again."""
+    core = make_core("fcfs")
+    first = start_one(core, "a", 1, 0.0)
+    wide = submit(core, spec("w", {"min": 4, "max": 5}, kind=JobKind.MOLDABLE), 1.0).job_id
+    assert core.job(wide).bounds == (4, 4, 4)
+    assert core.handle(PassDue(1.0)) == []  # 3 free: it waits, and the queue behind it
+    core.handle(NodesRemoved(2.0, ("n3", "n4")))
+    assert core.job(wide).reason == "needs 4 nodes, the cluster has 2" and core.cannot_start == {
+        wide: "needs 4 nodes, the cluster has 2"}
+    small = submit(core, spec("s", 1), 3.0).job_id
+    assert core.handle(PassDue(3.0)) == [Launch(small, ("n2",))]
+    core.handle(NodesAdded(4.0, ("n3", "n4", "n5")))
+    assert core.cannot_start == {} and core.job(wide).reason is None and core.job(wide).bounds == (4, 5, 5)
+    core.handle(Exited(5.0, first, 0, 0))
+    assert core.handle(PassDue(5.0)) == [Launch(wide, ("n1", "n3", "n4", "n5"))]
+
+
+def test_a_restart_keeps_the_range_of_jobs_waiting_for_the_allocation_to_grow() -> None:
+    """An allocation that grows on demand (grow_to) takes jobs wider than it is now; a
+    restart cut them to the nodes held then (min 6, max 4)."""
+    old = make_core()
+    old.grow_to = 8
+    wide = submit(old, spec("w", {"min": 6, "max": 8}, kind=JobKind.MOLDABLE), 0.0).job_id
+    assert old.job(wide).bounds == (6, 8, 8)
+    core = make_core()
+    core.grow_to = 8
+    core.restore(list(old.jobs.values()), old.next_order_id, 1.0, old.next_job_id)
+    assert core.job(wide).bounds == (6, 8, 8) and core.cannot_start == {}
+    assert [p.job_id for p in core.snapshot(1.0).pending] == [wide]

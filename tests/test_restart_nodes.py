@@ -6,6 +6,7 @@ start says which."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -65,3 +66,58 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
             assert alive(pids[host])
     log = (d.state_dir / "daemon.log").read_text()
     assert f"job {by_host['node3']}: ends NODE_FAIL" in log and "node3, which this start leaves out" in log
+
+
+def test_jobs_a_restart_on_fewer_nodes_cannot_start_wait_saying_why_and_hold_up_nothing(
+        tmp_path: Path, daemons: list[RunningDaemon]) -> None:
+    """An outside user's report: after a restart on 1 node, the waiting 4- and 2-node jobs
+    showed `4-1` and `2-1` in equeue and a new 1-node job waited behind them (Priority) for
+    ever. They wait, saying what they lack, out of the queue's way; a restart on enough nodes
+    takes them back."""
+    d = start_daemon(tmp_path / "state", nodes=4, policy="fcfs")
+    daemons.append(d)
+
+    def job(name: str, nodes: int) -> Path:
+        return write_job(tmp_path, name, f'''
+            name = "{name}"
+            command = ["sleep", "300"]
+            nodes = {nodes}
+            working_dir = "{tmp_path}"
+        ''')
+
+    running = d.submit(job("r2", 2))
+    assert wait_until(lambda: d.job(running)["state"] == "RUNNING", 30)
+    wide, narrow = d.submit(job("r4", 4)), d.submit(job("r2", 2))
+    os.kill(d.record.pid, signal.SIGKILL)
+    wait_gone(d.record.pid, 30)
+
+    def restart(nodes: int) -> RunningDaemon:
+        r = d.cli("elasticd", "start", "--local", str(nodes), "--policy", "fcfs", "--kill-wait", "1",
+                  "--drop-missing-nodes", timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rec = read_record(d.state_dir)
+        assert rec is not None
+        daemons.append(RunningDaemon(d.state_dir, rec, nodes))
+        return daemons[-1]
+
+    d = restart(1)
+    assert d.job(running)["state"] == "NODE_FAIL"
+    doc = json.loads(d.cli("equeue", "--json").stdout)
+    waiting = {j["job_id"]: j for j in doc["jobs"]}
+    for jid, lo in ((wide, 4), (narrow, 2)):
+        info = waiting[jid]
+        assert (info["state"], info["nodes_min"], info["nodes_max"]) == ("PENDING", lo, lo), info
+        assert info["reason"] == f"needs {lo} nodes, the cluster has 1" and info["note"] == "PartitionNodeLimit"
+    table = d.cli("equeue").stdout
+    assert "4-4" in table and "(needs 4 nodes, the cluster has 1)" in table and "4-1" not in table, table
+    one = d.submit(job("r1", 1))
+    assert wait_until(lambda: d.job(one)["state"] == "RUNNING", 30), d.job(one)
+
+    os.kill(d.record.pid, signal.SIGKILL)
+    wait_gone(d.record.pid, 30)
+    d = restart(4)
+    info = d.jobs(wide, narrow)
+    assert [(info[j]["reason"], info[j]["note"]) for j in (wide, narrow)] == [(None, "Resources"), (None, "Priority")]
+    assert d.cli("ecancel", str(one)).returncode == 0
+    assert wait_until(lambda: d.job(wide)["state"] == "RUNNING", 30), d.job(wide)
+    assert d.job(wide)["hosts"] == ["node1", "node2", "node3", "node4"]

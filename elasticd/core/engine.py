@@ -11,7 +11,7 @@ on them are gone (Exited, HostsGone), never when an end is merely asked for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,7 @@ from elasticd.core.limits import resize_limit, start_limit
 from elasticd.core.nodes import NodeTable
 from elasticd.core.orders import Order, Settlement
 from elasticd.core.record import job_state, restore_job
-from elasticd.core.sizes import fit_bounds
+from elasticd.core.sizes import fit_bounds, refit_bounds
 from elasticd.core.states import JobState
 from elasticd.errors import (
     InvalidTransition,
@@ -143,6 +143,9 @@ class Core:
         # snapshot is then one C-level copy, not a loop over a queue thousands deep.
         self._pending: dict[int, PendingView] = {}
         self._pending_tuple: tuple[PendingView, ...] | None = None  # what snapshots share until it changes
+        # Pending jobs the cluster became too small for since they were taken, with why:
+        # queued, in no snapshot (elasticd.core.sizes.refit_bounds).
+        self._cannot_start: dict[int, str] = {}
         # Jobs holding nodes, in the order they started, with their policy view (None: to be
         # built at the next snapshot). A view is rebuilt only after its job changed (every
         # change goes through _mut) or its deferral expired, and the snapshot's tuple of them
@@ -261,6 +264,9 @@ class Core:
         for jid in self._active:
             nodes.claim(jid, self.jobs[jid].hosts)
         self.nodes = nodes
+        self._cannot_start = {}
+        for jid in self._pending:
+            self._refit(self.jobs[jid])
         self._stale = set(self._active)
         self._running_tuple = None
         self._expiring.clear()
@@ -295,6 +301,12 @@ class Core:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    @property
+    def cannot_start(self) -> Mapping[int, str]:
+        """Pending jobs the cluster is too small for, and why: no policy sees them until it
+        can hold them again (elasticd.core.sizes.refit_bounds)."""
+        return self._cannot_start
 
     @property
     def active_ids(self) -> list[int]:
@@ -335,7 +347,9 @@ class Core:
     def snapshot(self, now: float) -> Snapshot:
         pending = self._pending_tuple
         if pending is None:
-            pending = self._pending_tuple = tuple(self._pending.values())
+            cannot = self._cannot_start
+            pending = self._pending_tuple = (tuple(self._pending.values()) if not cannot else
+                                             tuple(v for v in self._pending.values() if v.job_id not in cannot))
         active = self._active
         stale = self._stale
         if self._expiring:
@@ -423,7 +437,9 @@ class Core:
         after `next_job_id` (ids are never reused, even for jobs no longer saved). Jobs that
         held nodes hold the same ones again but are not ready for orders until their
         application reconnects and registers; one whose nodes are not part of this cluster
-        any more ends NODE_FAIL. Returns the time limits to arm again.
+        any more ends NODE_FAIL. A pending job whose minimum the cluster cannot give any more
+        stays queued, held out of the policies' sight (elasticd.core.sizes.refit_bounds).
+        Returns the time limits to arm again.
         """
         actions: list[Action] = []
         self._next_id = max(self._next_id, next_job_id)
@@ -431,12 +447,13 @@ class Core:
             self.jobs[job.job_id] = job
             self._changed.add(job.job_id)
             self._next_id = max(self._next_id, job.job_id + 1)
-            lo, hi, pref = job.bounds
-            job.bounds = (lo, min(hi, self.nodes.total), min(pref, self.nodes.total))
             if job.state is JobState.PENDING:
                 self._pending[job.job_id] = self._pending_view(job)
                 self._pending_tuple = None
-            elif job.state.holds_nodes:
+                self._refit(job)
+                continue
+            job.bounds = refit_bounds(job.bounds, self._capacity)[0]  # a job holding nodes fits them
+            if job.state.holds_nodes:
                 self._active[job.job_id] = None
                 self._stale.add(job.job_id)
                 job.malleable_ready = False
@@ -485,14 +502,37 @@ class Core:
         self._pending[job.job_id] = self._pending_view(job)
         self._pending = dict(sorted(self._pending.items()))
         self._pending_tuple = None
+        self._refit(job)
         return []
 
     # ---- submission and scheduling ---------------------------------------------------
     def fit(self, spec: JobSpec) -> tuple[int, int, int]:
         """The job's (min, max, preferred) on this cluster (elasticd.core.sizes), or
         JobRejected when it could never start here."""
-        total = max(self.nodes.total, self.grow_to)
-        return fit_bounds(spec.node_bounds, total, "nodes" if isinstance(spec.nodes, int) else "nodes.min")
+        return fit_bounds(spec.node_bounds, self._capacity, "nodes" if isinstance(spec.nodes, int) else "nodes.min")
+
+    @property
+    def _capacity(self) -> int:
+        """The most nodes the cluster holds or may come to hold (an allocation that grows)."""
+        return max(self.nodes.total, self.grow_to)
+
+    def _refit(self, job: Job) -> None:
+        """A pending job's range on the cluster as it is now; one whose minimum it cannot
+        give stays queued but out of every policy's sight (an FCFS head waiting for nodes
+        that do not exist would hold up the whole queue for ever), its reason saying what it
+        lacks, until the cluster can hold it again."""
+        bounds, lacking = refit_bounds(job.spec.node_bounds, self._capacity)
+        jid = job.job_id
+        if bounds == job.bounds and lacking == job.reason and (jid in self._cannot_start) == (lacking is not None):
+            return
+        self._mut(jid)
+        job.bounds, job.reason = bounds, lacking
+        if lacking is None:
+            self._cannot_start.pop(jid, None)
+        else:
+            self._cannot_start[jid] = lacking
+        self._pending[jid] = self._pending_view(job)
+        self._pending_tuple = None
 
     def _submitted(self, ev: Submitted) -> list[Action]:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:
@@ -925,6 +965,7 @@ class Core:
         if job.state is JobState.PENDING:
             del self._pending[job.job_id]
             self._pending_tuple = None
+            self._cannot_start.pop(job.job_id, None)
             job.state = JobState.CANCELLED
             job.end_time = now
             job.reason = why
@@ -1085,7 +1126,9 @@ class Core:
 
     # ---- the allocation itself grows and shrinks ----------------------------------------------
     def _nodes_added(self, ev: NodesAdded) -> list[Action]:
+        before = self._capacity
         self.nodes.add(list(ev.hosts))
+        self._refit_pending(before)
         return []
 
     def _nodes_removed(self, ev: NodesRemoved) -> list[Action]:
@@ -1094,5 +1137,13 @@ class Core:
         members = self.nodes.members
         if members and members[0] in ev.hosts:
             raise InvalidTransition(f"{members[0]} is the cluster's first node; it is never given back")
+        before = self._capacity
         self.nodes.remove(list(ev.hosts))
+        self._refit_pending(before)
         return []
+
+    def _refit_pending(self, capacity_before: int) -> None:
+        """Pending jobs' ranges follow the cluster's size, both ways (_refit)."""
+        if self._capacity != capacity_before:
+            for jid in self._pending:
+                self._refit(self.jobs[jid])

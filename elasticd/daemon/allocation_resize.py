@@ -215,6 +215,8 @@ class AllocationResizer:
         core = self.core
         pending = []
         for jid in core.pending_ids:
+            if jid in core.cannot_start:  # wider than the allocation may grow: nothing to ask for
+                continue
             job = core.job(jid)
             pending.append(PendingNeed(jid, job.bounds[0], job.submit_time))
         pending.sort(key=lambda p: (p.submit_time, p.job_id))

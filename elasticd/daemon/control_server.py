@@ -211,7 +211,8 @@ class ControlServer(LineServer):
         else:
             jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
         pending = d.core.pending_ids
-        head = pending[0] if pending else None
+        # The first that waits for nodes: one the cluster is too small for waits for no turn.
+        head = next((j for j in pending if j not in d.core.cannot_start), None)
         blocked = bool(pending) and d.storage_problem() is not None
         return QueueDocument(generated_at=now,
                              jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining))

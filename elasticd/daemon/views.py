@@ -22,6 +22,8 @@ def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False,
     `joining`: a grow's processes are still being started, after the application took the
     grow (Joining): the grow may yet be undone (`grow_failed`)."""
     if job.state is JobState.PENDING:
+        if job.reason is not None:  # the cluster is too small for it (Core.cannot_start)
+            return "PartitionNodeLimit"
         if disk_full:
             return "StateDiskFull"
         return "Resources" if first_pending else "Priority"
