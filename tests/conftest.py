@@ -157,6 +157,18 @@ def write_job(folder: Path, name: str, body: str) -> Path:
     return path
 
 
+def hosts_shown_free(state_dir: Path, job_id: int) -> list[list[str]]:
+    """The hosts the daemon on STATE_DIR has given back from the job, each time it did (its
+    log's `job JOB: hosts H1,H2 free`, written as it frees them), in order."""
+    mark = f"job {job_id}: hosts "
+    frees = []
+    for line in (state_dir / "daemon.log").read_text().splitlines():
+        at = line.find(mark)
+        if at >= 0 and line.endswith(" free"):
+            frees.append(line[at + len(mark):-len(" free")].split(","))
+    return frees
+
+
 def of_job(environ: dict[str, str], state_dir: Path, job_id: int) -> bool:
     """Whether a process's environment is that of job JOB_ID of the daemon on STATE_DIR. Job
     ids start at 1 in every daemon and two tests run at a time (pytest-xdist): the id alone

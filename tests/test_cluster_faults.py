@@ -2,8 +2,9 @@
 each found from outside: the daemon paused longer than the node timeout, a node whose /tmp
 (where the node monitors record the job's processes) is full, a restart with a node
 that cannot be reached while a malleable job could grow onto it, processes that leave the
-job's process group, and a stop soon after a node loss (before the node is retried). Needs
-root and the packages, as tests/test_cluster_vcluster.py."""
+job's process group, a stop soon after a node loss (before the node is retried), and a grow
+refused while its processes were still being started. Needs root and the packages, as
+tests/test_cluster_vcluster.py."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, hosts_shown_free, read_pid, stop_daemon, wait_until, write_job
 from elasticd.daemonctl import start_detached
 from test_cluster_allocation import sleeper
 from test_cluster_environment import kill_9
 from test_cluster_vcluster import (  # noqa: F401 - the fixture
     NODES,
+    RECORDER,
     VCluster,
     assert_no_job_process_left,
     cluster_daemon,
@@ -285,3 +288,61 @@ def test_a_stop_that_cannot_reach_a_lost_jobs_node_names_it_and_the_next_start_e
         stop_daemon(d.record)
     assert_no_job_process_left()
     assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))
+
+
+# ---- a grow refused while its processes are being started ---------------------------------
+@pytest.mark.timeout(150)
+def test_a_grow_refused_while_its_processes_start_frees_its_nodes_only_once_they_are_gone_there(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """The grow's spawn on one new node waits (its network is gone) while the other new
+    node's process runs already, and the application refuses the grow at once. The daemon
+    shows both nodes free only once nothing of the job is left on them: the running one's
+    process ended, the late one's ended as its start completes. Before, both were free the
+    moment the refusal came, and the job's processes ran on there (found on the nodes)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    job = write_job(work, "rec", f'''
+        name = "rec"
+        command = ["sh", "-c", "hostname; exec {sys.executable} {RECORDER}"]
+        nodes = {{ min = 1, max = 3, preferred = 1 }}
+        kind = "malleable"
+        working_dir = "."
+        output = "rec-%N.out"
+        env = {{ MODE = "refuse_grow" }}
+        time_limit = "3"
+    ''')
+    d = None
+    slow = ""
+    try:
+        d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
+                           extra=["--node-timeout", "30", "--node-retry", "1", "--connect-timeout", "2"])
+        rec = d.submit(job)
+        info = d.wait_event(rec, "registered", timeout=30)
+        if len(info["hosts"]) > 1:  # the policy started it larger: make room for the grow
+            assert d.cli("elasticd", "resize", str(rec), "1").returncode == 0
+            info = d.wait_event(rec, "shrunk", timeout=30)
+        fast, slow = [n for n in NODES if n not in info["hosts"]]
+        before = len(hosts_shown_free(d.state_dir, rec))
+        set_link(slow, False)
+        assert d.cli("elasticd", "resize", "--no-wait", str(rec), "3").returncode == 0
+        read_pid(work / f"pid-{fast}-joining", 60)  # the grow's process there runs
+        d.wait_event(rec, "refused", timeout=30)
+        assert node_states(d)[slow] != "down", "the node was declared down before the refusal; raise --node-timeout"
+        set_link(slow, True)
+        assert wait_until(lambda: hosts_shown_free(d.state_dir, rec)[before:] != [], 60), \
+            hosts_shown_free(d.state_dir, rec)
+        assert sorted(hosts_shown_free(d.state_dir, rec)[before]) == sorted([fast, slow])
+        # The moment the daemon says they are free, nothing of the job is left on them.
+        left = [p for p in job_processes() if p[1] in (fast, slow)]
+        assert not left, f"job processes on nodes shown free: {left}"
+        assert d.job(rec)["state"] == "RUNNING"
+        (work / "finish").touch()
+        d.wait([rec], timeout=60)
+        assert d.job(rec)["state"] == "COMPLETED", d.job(rec)
+    finally:
+        if slow:
+            set_link(slow, True)
+        if d is not None:
+            stop_daemon(d.record)
+    assert_no_job_process_left()

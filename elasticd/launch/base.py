@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import pwd
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +32,54 @@ class LaunchRequest:
     job_secret: str
     job_dir: Path  # daemon-owned scratch for the job (hostfile)
     joining: bool = False  # started by a grow: joins a running job
+
+
+@dataclass(eq=False)
+class Start:
+    """A launch on its way: the hosts it starts processes on, and those of them taken back
+    (reclaimed) meanwhile, whose processes are the job's no more once they exist."""
+
+    hosts: frozenset[str]
+    reclaimed: set[str] = field(default_factory=set)
+    over: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class StartsInFlight:
+    """The launches on their way, per job. A launch records its hosts before its first
+    await; a reclaim of any of them waits until that launch is over, so that what it started
+    there is among the job's processes (and so ended) before the hosts are reported gone.
+    A launch fills in the job's processes only once every host's start is done (a thread hop
+    for the file system, a process start or an ssh round trip each): a reclaim that came
+    meanwhile (a refused grow, a release or shrink answered at once) found none there, and
+    the daemon freed the hosts with them running on."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, list[Start]] = {}
+
+    def begin(self, job_id: int, hosts: tuple[str, ...]) -> Start:
+        start = Start(frozenset(hosts))
+        self._open.setdefault(job_id, []).append(start)
+        return start
+
+    def end(self, job_id: int, start: Start) -> None:
+        starts = self._open.get(job_id, [])
+        if start in starts:
+            starts.remove(start)
+        if not starts:
+            self._open.pop(job_id, None)
+        start.over.set()
+
+    async def reclaiming(self, job_id: int, hosts: tuple[str, ...]) -> None:
+        """Mark `hosts` taken back in the launches on their way there, and return once those
+        launches are over (whatever they started on the hosts is then the job's, released)."""
+        waits = []
+        for start in self._open.get(job_id, []):
+            mine = start.hosts.intersection(hosts)
+            if mine:
+                start.reclaimed.update(mine)
+                waits.append(start.over.wait())
+        if waits:
+            await asyncio.gather(*waits)
 
 
 class Launcher(Protocol):

@@ -47,6 +47,8 @@ from elasticd.launch.base import (
     ExitCallback,
     HostsGoneCallback,
     LaunchRequest,
+    Start,
+    StartsInFlight,
     call_back,
     job_environment,
     output_paths,
@@ -319,11 +321,21 @@ class LocalLauncher:
         self.on_join_failed: Callable[[int, str, int, int], object] | None = None
         self.kill_wait = kill_wait
         self._jobs: dict[int, _LocalJob] = {}
+        self._starts = StartsInFlight()
         self._tasks: set[asyncio.Task[None]] = set()
         self.contain = Containment(tag or f"pid{os.getpid()}")
 
     async def launch(self, req: LaunchRequest) -> None:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
+        # Recorded before the first await: a reclaim of these hosts from now on waits for
+        # this launch, and ends what it started there (base.StartsInFlight).
+        start = self._starts.begin(req.job_id, req.hosts)
+        try:
+            await self._launch(req, start)
+        finally:
+            self._starts.end(req.job_id, start)
+
+    async def _launch(self, req: LaunchRequest, start: Start) -> None:
         workdir = Path(req.spec.working_dir or Path.home())
         try:
             hostfile = write_hostfile(req)
@@ -363,6 +375,9 @@ class LocalLauncher:
             raise LaunchError(_describe_spawn_error(failed, req.spec.command[0])) from None
         for hp in started:
             hp.joining = req.joining
+            # Taken back while it started (a refused grow, a release answered at once): its
+            # exit is not the job's, and the reclaim waiting for this launch ends it.
+            hp.released = hp.host in start.reclaimed
             job.procs[hp.host] = hp
             self._spawn(self._watch(job, hp))
         if job.terminating:
@@ -577,7 +592,9 @@ class LocalLauncher:
             self.contain.forget(job.job_id, hp.host)
 
     async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
-        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report."""
+        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report. What
+        a launch on its way starts there is among them: the report waits for it."""
+        await self._starts.reclaiming(job_id, hosts)
         job = self._jobs.get(job_id)
         if job is not None:
             procs = [job.procs[h] for h in hosts if h in job.procs]

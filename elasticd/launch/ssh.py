@@ -57,6 +57,8 @@ from elasticd.launch.base import (
     ExitCallback,
     HostsGoneCallback,
     LaunchRequest,
+    Start,
+    StartsInFlight,
     call_back,
     job_environment,
     output_paths,
@@ -304,6 +306,7 @@ class SSHLauncher:
         self._links: dict[str, _HostLink] = {}
         self._fabric_config: Any = None
         self._jobs: dict[int, _SSHJob] = {}
+        self._starts = StartsInFlight()
         self._tokens: dict[str, tuple[int, str]] = {}
         self._spawning: set[str] = set()
         self._early_exits: dict[str, tuple[int | None, int | None]] = {}
@@ -392,6 +395,15 @@ class SSHLauncher:
     # ---- launching ----------------------------------------------------------------------
     async def launch(self, req: LaunchRequest) -> None:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
+        # Recorded before the first await: a reclaim of these hosts from now on waits for
+        # this launch, and ends what it started there (base.StartsInFlight).
+        start = self._starts.begin(req.job_id, req.hosts)
+        try:
+            await self._launch(req, start)
+        finally:
+            self._starts.end(req.job_id, start)
+
+    async def _launch(self, req: LaunchRequest, start: Start) -> None:
         hostfile = write_hostfile(req)
         workdir = Path(req.spec.working_dir or Path.home())
         job = self._jobs.get(req.job_id)
@@ -437,6 +449,9 @@ class SSHLauncher:
             raise exc
         for p in started:
             p.joining = req.joining
+            # Taken back while it started (a refused grow, a release answered at once): its
+            # exit is not the job's, and the reclaim waiting for this launch ends it.
+            p.released = p.host in start.reclaimed
             job.procs[p.host] = p
             self._spawning.discard(p.token)
             early = self._early_exits.pop(p.token, None)
@@ -481,7 +496,9 @@ class SSHLauncher:
 
     # ---- ending -------------------------------------------------------------------------
     async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
-        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report."""
+        """Give the processes on `hosts` `grace` seconds to exit, end the rest, report. What
+        a launch on its way starts there is among them: the report waits for it."""
+        await self._starts.reclaiming(job_id, hosts)
         job = self._jobs.get(job_id)
         if job is not None:
             procs = [job.procs[h] for h in hosts if h in job.procs]

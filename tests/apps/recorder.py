@@ -1,7 +1,8 @@
 """A test application: records every handler call and is steered through files in its
 working directory, so tests can drive it step by step.
 
-MODE (env): normal | choose_first | refuse | defer (DEFER s, 60) | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s);
+MODE (env): normal | choose_first | refuse | defer (DEFER s, 60) | hang | die_on_shrink | slow_shrink | slow_grow (SLOW s)
+| refuse_grow | defer_grow (the grow's pre_grow raises Refuse or Defer(DEFER); shrinks as normal);
 CRASH_JOINING (env): processes started by a grow exit 3 at once (CRASH_JOINING=late: once
 the file `crash-joining` exists);
 CHANNEL_TIMEOUT (env): the library's reply timeout.
@@ -51,6 +52,10 @@ class Recorder(MalleableHandler):
 
     def pre_grow(self, n: int) -> None:
         log(f"pre_grow {n}")
+        if MODE == "refuse_grow":
+            raise Refuse("not growing now")
+        if MODE == "defer_grow":
+            raise Defer(float(os.environ.get("DEFER", "60")))
 
     def post_grow(self, n: int, continued_hosts: list[str], new_hosts: list[str]) -> None:
         log(f"post_grow {n} {','.join(continued_hosts)} {','.join(new_hosts)}")
