@@ -321,3 +321,39 @@ def test_time_limit_frees_nodes_for_the_waiting_head_once_the_job_is_gone(policy
     core.handle(Exited(61, a, None, 9))
     assert starts(core.handle(PassDue(61))) == [(b, ("n1", "n2", "n3", "n4"))]
     assert core.job(a).state is JobState.TIMEOUT
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_easy_sizes_jobs_by_start_size_as_it_would_through_a_sizer_of_its_own(fraction: float) -> None:
+    # easy_pass spells start_size out for its default sizer (no call per job that fits): on
+    # every pass of a real trace's run, the same starts, spare nodes and queue as when the
+    # very same rule comes as any other sizer.
+    from pathlib import Path
+
+    from elasticd.policies.base import Decision, Snapshot, start_size
+    from elasticd.policies.easy import easy_pass
+    from elasticd.sim.simulator import simulate
+    from elasticd.sim.swf import Trace, read_swf
+    from elasticd.sim.workload import build_workload
+
+    t = read_swf(Path(__file__).resolve().parent.parent / "examples" / "traces" / "sdsc-sp2-1998.swf.gz")
+    trace = Trace(t.name, t.nodes, t.jobs[:400])
+    easy = make_policy("easy")
+    seen: list[Snapshot] = []
+
+    class Recording:
+        name = "easy"
+
+        def decide(self, snap: Snapshot) -> list[Decision]:
+            seen.append(snap)
+            return easy.decide(snap)
+
+    simulate(build_workload(trace, fraction, 5), trace.nodes, Recording())
+    backfilled = 0
+    for snap in seen:
+        plain = easy_pass(snap)
+        other = easy_pass(snap, lambda job, available: start_size(job, available), lambda job: job.start_nodes)
+        assert plain.starts == other.starts
+        assert (plain.free, plain.extra, plain.waiting) == (other.free, other.extra, other.waiting)
+        backfilled += plain.backfilled
+    assert len(seen) > 500 and backfilled > 20

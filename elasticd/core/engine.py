@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -53,13 +54,13 @@ from elasticd.core.events import (
     Submitted,
     Unregistered,
 )
-from elasticd.core.job import Job
+from elasticd.core.job import Job, exit_text
 from elasticd.core.limits import resize_limit, start_limit
 from elasticd.core.nodes import NodeTable
 from elasticd.core.orders import Order, Settlement
 from elasticd.core.record import job_state, restore_job
 from elasticd.core.sizes import fit_bounds, refit_bounds
-from elasticd.core.states import JobState
+from elasticd.core.states import HOLDING_STATES, JobState
 from elasticd.errors import (
     InvalidTransition,
     OrderRejected,
@@ -98,6 +99,13 @@ def _policy_may_order(job: Job, now: float) -> bool:
         and now >= job.refused_until
         and not job.held
     )
+
+
+@lru_cache(maxsize=1024)
+def _ended_text(state: JobState, exit_code: int | None, signal: int | None) -> str:
+    """The `ended` entry's text: the state and Job.exit_text ('COMPLETED 0:0'). One per job
+    (every job of a trace, in a simulation), of a few kinds: made once each."""
+    return f"{state.value} {exit_text(exit_code, signal) or ''}".strip()
 
 
 @dataclass
@@ -563,7 +571,9 @@ class Core:
         extend = actions.extend
         policy = Cause.POLICY
         for d in decisions:
-            if isinstance(d, Grow):
+            if type(d) is Start:  # the most frequent (checked to be one: _check_pass)
+                extend(self._start(d, now))
+            elif isinstance(d, Grow):
                 extend(self._order_grow(d.job_id, d.by, now, policy))
             elif isinstance(d, Shrink):
                 extend(self._order_shrink(d.job_id, d.by, now, policy))
@@ -584,7 +594,7 @@ class Core:
                 raise PolicyError(f"{name}: two decisions for job {jid} in one pass")
             decided.add(jid)
             job = jobs.get(jid)
-            if isinstance(d, Start):
+            if type(d) is Start or isinstance(d, Start):  # the exact type first: without a call
                 if job is None or jid not in self._pending:
                     raise PolicyError(f"{name}: start of job {jid}, which is not pending")
                 lo, hi, _ = job.bounds
@@ -635,7 +645,9 @@ class Core:
         self._active[job.job_id] = None
         self._stale.add(job.job_id)
         job.record(now, K.STARTED, Cause.POLICY)
-        return [Launch(job.job_id, tuple(job.hosts)), *self._limit_of(job)]
+        launch = Launch(job.job_id, tuple(job.hosts))
+        due = job.limit_due  # _limit_of, without its call and list: once per job
+        return [launch] if due is None else [launch, ArmLimit(job.job_id, due)]
 
     def _launched(self, ev: Launched) -> list[Action]:
         job = self._mut(ev.job_id)
@@ -1008,7 +1020,7 @@ class Core:
     def _exited(self, ev: Exited) -> list[Action]:
         """All of the job's processes are gone (verified by the driver): free its nodes."""
         job = self._mut(ev.job_id)
-        if not job.state.holds_nodes:
+        if job.state not in HOLDING_STATES:  # not holds_nodes, without the property's call
             raise InvalidTransition(f"job {ev.job_id} exited while {job.state.value}")
         # Who ended it: whoever asked for the end (a user, a limit, a fault, the daemon's
         # stop), else the application itself, whatever its exit status.
@@ -1056,7 +1068,7 @@ class Core:
         job.exit_signal = signal
         job.reason = reason
         job.account(now)
-        job.record(now, K.ENDED, cause, f"{state.value} {job.exit_text or ''}".strip())
+        job.record(now, K.ENDED, cause, _ended_text(state, exit_code, signal))
         job.hosts = []
 
     def _forget_active(self, job_id: int) -> None:

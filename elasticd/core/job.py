@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -85,15 +86,24 @@ class Job:
         self.kind: JobKind = self.spec.resolved_kind
         self.bounds: tuple[int, int, int] = self.spec.node_bounds
         self.time_limit: int | None = self.spec.limit_seconds
-        # What its time limit is scaled by (elasticd.core.limits), parsed once: the limit
-        # moves on every resize, a dozen per job under some policies.
-        model = self.spec.model
-        self.limit_speedup: SpeedupModel | None = None if model is None else model.speedup_model
-        self.limit_cost: ReconfigCost | None = None if model is None else model.reconfig_cost
         self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
         # (preferred size, its speedup) once asked (elasticd.core.limits): the limit's rate at
         # every resize divides by it. Keyed by the size, as bounds are fitted after this.
         self.limit_ref: tuple[int, float] = (0, 1.0)
+
+    # What its time limit is scaled by (elasticd.core.limits), parsed once, when first asked
+    # for: the limit moves on every resize, a dozen per job under some policies, and a job
+    # that only ever runs at its preferred size (every rigid one) never asks (parsing them
+    # was half of making a job, and a simulation makes one per job of its trace).
+    @cached_property
+    def limit_speedup(self) -> SpeedupModel | None:
+        model = self.spec.model
+        return None if model is None else model.speedup_model
+
+    @cached_property
+    def limit_cost(self) -> ReconfigCost | None:
+        model = self.spec.model
+        return None if model is None else model.reconfig_cost
 
     @property
     def size(self) -> int:
@@ -165,6 +175,11 @@ class Job:
 
     @property
     def exit_text(self) -> str | None:
-        if self.exit_code is None and self.exit_signal is None:
-            return None
-        return f"{self.exit_code or 0}:{self.exit_signal or 0}"
+        return exit_text(self.exit_code, self.exit_signal)
+
+
+def exit_text(exit_code: int | None, signal: int | None) -> str | None:
+    """'CODE:SIGNAL' as Slurm shows it, or None when neither is known."""
+    if exit_code is None and signal is None:
+        return None
+    return f"{exit_code or 0}:{signal or 0}"

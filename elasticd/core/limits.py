@@ -17,12 +17,12 @@ from elasticd.core.job import Job
 
 
 def _rate(job: Job, n: int) -> float:
-    s = job.limit_speedup
-    if s is None or n <= 0:
-        return 1.0
     pref = job.bounds[2]
-    if n == pref:
-        return 1.0  # S(n) / S(n), exactly 1.0 whatever the model
+    if n == pref or n <= 0:
+        return 1.0  # S(n) / S(n), exactly 1.0 whatever the model; the model not even parsed
+    s = job.limit_speedup
+    if s is None:
+        return 1.0
     ref = job.limit_ref
     if ref[0] != pref:
         ref = job.limit_ref = (pref, s.speedup(pref))

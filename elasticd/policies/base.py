@@ -137,6 +137,9 @@ def start_size(job: PendingView, available: int) -> int | None:
     Moldable (and, under policies that do not resize, malleable) jobs take as many nodes as
     are allowed, as the seed's baselines do. Evolving jobs start at their minimum (or the
     first step of a declared evolution): they ask for more themselves.
+
+    easy_pass spells this rule out in its backfilling loop (a call less per job that fits):
+    a change here is a change there.
     """
     need = job.start_nodes
     if available < need:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
+from operator import attrgetter
 
+from elastic_protocol.jobspec import JobKind
 from elasticd.policies.base import (
     Decision,
     PendingView,
@@ -28,6 +30,9 @@ from elasticd.policies.base import (
     start_nodes_of,
     start_size,
 )
+
+# The kinds start_size starts on their start_nodes whatever is free.
+_AT_NEED = (JobKind.RIGID, JobKind.EVOLVING)
 
 # (job, usable nodes) -> nodes to start it with, or None if it cannot start on them.
 Sizer = Callable[[PendingView, int], "int | None"]
@@ -45,7 +50,7 @@ def shadow_time(
     """
     if available >= need:
         return now, available - need
-    return _reservation(now, available, need, [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending])
+    return _reservation(now, available, need, _ends(running))
 
 
 def _reservation(now: float, avail: int, need: int, coming: list[tuple[float, int]]) -> tuple[float, int]:
@@ -157,14 +162,28 @@ def easy_pass(
     # (when its limit falls, nodes) of each job started here, for the head's reservation.
     started: list[tuple[float, int]] = []
     i, count = 0, len(pending)
+    # Sized by start_size, each needing its start_nodes: the loops below read and size each
+    # job as these would, without their calls (a queue is often hundreds deep, and most of
+    # it is looked at on every pass).
+    plain = size is start_size and need is start_nodes_of
     # Start from the head while jobs fit, exactly as FCFS.
     while i < count:
         job = pending[i]
-        n = size(job, free)
-        if n is None:
-            break
+        if plain:
+            first = job.start_nodes
+            if free < first:
+                break
+            n = first if job.kind in _AT_NEED else min(job.max_nodes, free)
+            limit = job.time_limit
+            if limit is not None and n != job.preferred and job.model is not None:
+                limit = limit_at(job, n)
+        else:
+            sized = size(job, free)
+            if sized is None:
+                break
+            n = sized
+            limit = limit_at(job, n)
         starts.append(Start(job.job_id, n))
-        limit = limit_at(job, n)
         started.append((inf if limit is None else now + limit, n))
         free -= n
         i += 1
@@ -184,23 +203,49 @@ def easy_pass(
         if free <= 0:
             break  # nothing further can start
         job = pending[k]
-        if free < need(job):
+        first = job.start_nodes if plain else need(job)  # need(job), read without a call
+        if free < first:
             continue
         if not known:  # the head's reservation, when a later job first could use it
             if available >= head_need:
                 shadow, extra = now, available - head_need
             else:  # shadow_of, keeping the (end, nodes) it sorts for the caller
-                ends = [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending]
+                ends = _ends(running)
                 ends.extend(started)
                 shadow, extra = _reservation(now, available, head_need, ends)
             known = True
-        n = size(job, free)
-        limit = None if n is None else limit_at(job, n)
-        ends_in_time = limit is not None and now + limit <= shadow
-        if not ends_in_time:
-            n = size(job, min(free, extra))
-        if n is None:
-            continue
+        if plain:
+            # start_size and limit_at spelled out (the same sizes and limits, without their
+            # calls): most of the jobs that fit cannot start, one by one on every pass.
+            # `first` is the job's start_nodes, at most `free`.
+            if job.kind in _AT_NEED:
+                n = first
+                limit = job.time_limit
+                if limit is not None and n != job.preferred and job.model is not None:
+                    limit = limit_at(job, n)
+                ends_in_time = limit is not None and now + limit <= shadow
+                if not ends_in_time and extra < first:
+                    continue  # neither in time nor in the spare nodes
+            else:
+                n = min(job.max_nodes, free)
+                limit = job.time_limit
+                if limit is not None and n != job.preferred and job.model is not None:
+                    limit = limit_at(job, n)
+                ends_in_time = limit is not None and now + limit <= shadow
+                if not ends_in_time:
+                    room = min(free, extra)
+                    if room < first:
+                        continue
+                    n = min(job.max_nodes, room)
+        else:
+            sized = size(job, free)
+            limit = None if sized is None else limit_at(job, sized)
+            ends_in_time = limit is not None and now + limit <= shadow
+            if not ends_in_time:
+                sized = size(job, min(free, extra))
+            if sized is None:
+                continue
+            n = sized
         starts.append(Start(job.job_id, n))
         skip.append(k)
         free -= n
@@ -214,14 +259,25 @@ def easy_pass(
     return res
 
 
+def _ends(running: tuple[RunningView, ...]) -> list[tuple[float, int]]:
+    """(end, nodes coming back) of the running jobs not being ended, unsorted. Their end is
+    RunningView.estimated_end, read from limit_end without the property's call where the
+    core set it (every job it runs), as this is worked out on most passes."""
+    return [(e if (e := r.limit_end) is not None else r.estimated_end, r.size - r.shrinking)
+            for r in running if not r.ending]
+
+
 def shadow_of(now: float, available: int, need: int, running: tuple[RunningView, ...],
               started: list[tuple[float, int]]) -> tuple[float, int]:
     """shadow_time over the running jobs and the (end, nodes) of the jobs just started."""
     if available >= need:
         return now, available - need
-    coming = [(r.estimated_end, r.size - r.shrinking) for r in running if not r.ending]
+    coming = _ends(running)
     coming.extend(started)
     return _reservation(now, available, need, coming)
+
+
+_requested = attrgetter("requested")  # looked up for every running job on every pass: at C speed
 
 
 class EasyBackfill:
@@ -229,7 +285,7 @@ class EasyBackfill:
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         r = easy_pass(snap)
-        if not any(v.requested for v in snap.running):
+        if not any(map(_requested, snap.running)):
             out: list[Decision] = list(r.starts)  # no evolving job asks for nodes: no use for the spare
             return out
         return [*r.starts, *grant_requests(snap, r.extra)]

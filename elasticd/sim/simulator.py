@@ -21,7 +21,6 @@ its batch system's kill does.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 from dataclasses import dataclass
@@ -34,11 +33,12 @@ from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
 from elasticd.core.events import JobEventKind, OrderKind
+from elasticd.core.fastinit import fast_init
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
 from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
-from elasticd.sim.workload import SimJob
+from elasticd.sim.workload import SimJob, young_collections_only
 
 _M = TypeVar("_M", JobSpec, NodeRange, PerfModel)
 
@@ -53,10 +53,9 @@ _SIZE_POINT: dict[str, int] = {
 }
 MAX_PASSES_PER_INSTANT = 8
 LIMIT_TIE = 1e-6
-_NO_OLDER_COLLECTIONS = 1_000_000_000  # gc threshold1 and threshold2 during a run: see Simulation.run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobOutcome:
     job_id: int  # the trace's id
     submit: float
@@ -74,6 +73,9 @@ class JobOutcome:
         assert self.start is not None and self.end is not None
         return SizedRecord(self.job_id, self.submit, self.start, self.end, self.sizes, self.shrinks, self.expands,
                            self.state == JobState.TIMEOUT.value)
+
+
+fast_init(JobOutcome)  # one per job of a run
 
 
 def _spec(j: SimJob) -> JobSpec:
@@ -198,12 +200,8 @@ class Simulation:
         it (peak memory is the same; a whole run of Avg leaves a few hundred objects in
         cycles), and the older generations, which only scan again what outlived it (most of
         it the jobs' records, 2 % of a run of Avg), are left to the end."""
-        young, middle, oldest = gc.get_threshold()
-        gc.set_threshold(young, max(middle, _NO_OLDER_COLLECTIONS), max(oldest, _NO_OLDER_COLLECTIONS))
-        try:
+        with young_collections_only():
             return self._run()
-        finally:
-            gc.set_threshold(young, middle, oldest)
 
     def _run(self) -> list[JobOutcome]:
         # Submissions are read in (time, index) order from a sorted list rather than the
@@ -211,62 +209,71 @@ class Simulation:
         # else (in a heap they would carry the lowest sequence numbers). The heap then holds
         # only the timers of running jobs, a few hundred entries rather than the whole trace.
         jobs = self.jobs
-        submits = sorted(range(len(jobs)), key=lambda i: jobs[i].submit)  # stable: ties by index
+        # In submission order (stable: ties by index).
+        arrivals = [jobs[i] for i in sorted(range(len(jobs)), key=lambda i: jobs[i].submit)]
+        n_arrivals = len(arrivals)
         next_submit = 0
         interval = getattr(self.policy, "min_resize_interval", None)
         events = self._events
         core = self.core
+        sim_of, progress = self._sim_of, self._progress
         end_due, end_carried = self._end_due, self._end_carried
         limit_due, limit_carried = self._limit_due, self._limit_carried
         fires = self._timer_fires
         handle = core.handle
         apply = self._apply
         heappop = heapq.heappop
-        pass_due = ev.PassDue
-        while events or next_submit < len(submits):
+        pass_due, submitted, exited = ev.PassDue, ev.Submitted, ev.Exited
+        passes = self.passes  # counted here, kept at the end (a few per instant)
+        while events or next_submit < n_arrivals:
             now = events[0][0] if events else math.inf
             happened = False
-            limits: list[int] = []
-            while next_submit < len(submits) and jobs[submits[next_submit]].submit <= now:
-                j = jobs[submits[next_submit]]
+            limits: list[int] | None = None
+            while next_submit < n_arrivals and arrivals[next_submit].submit <= now:
+                j = arrivals[next_submit]
                 now = j.submit
                 next_submit += 1
                 jid = core.next_job_id
-                handle(ev.Submitted(now, jid, _spec(j)))
-                self._sim_of[jid] = j
+                handle(submitted(now, jid, _spec(j)))
+                sim_of[jid] = j
                 happened = True
             while events and events[0][0] == now:
                 _, seq, kind, a = heappop(events)
                 if kind == _END:
                     if fires(now, seq, kind, a, end_due, end_carried):
-                        core.handle(ev.Exited(now, a, 0, 0))
-                        self._progress.pop(a, None)
+                        handle(exited(now, a, 0, 0))
+                        progress.pop(a, None)
                         happened = True
                 elif kind == _LIMIT:
                     if fires(now, seq, kind, a, limit_due, limit_carried):
-                        limits.append(a)
+                        if limits is None:
+                            limits = [a]
+                        else:
+                            limits.append(a)
                 elif kind == _REGISTER:
                     if core.jobs[a].state.holds_nodes:
-                        core.handle(ev.Registered(now, a))
+                        handle(ev.Registered(now, a))
                         happened = True
                 else:
                     happened = True  # a wake-up: the resize interval passed
-            for jid in limits:  # after the ends of this instant: an end at the limit completes
-                p = self._progress.get(jid)
-                if p is None or p.end_time(now) <= now + LIMIT_TIE:
-                    continue
-                self._apply(core.handle(ev.LimitReached(now, jid)), now)
-                happened = True
+            if limits is not None:
+                for jid in limits:  # after the ends of this instant: an end at the limit completes
+                    p = progress.get(jid)
+                    if p is None or p.end_time(now) <= now + LIMIT_TIE:
+                        continue
+                    apply(handle(ev.LimitReached(now, jid)), now)
+                    happened = True
             if not happened:
                 continue
             before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
-                self.passes += 1
+                passes += 1
                 actions = handle(pass_due(now))
                 if not actions or not apply(actions, now):
                     break
             if self.resizes != before and interval:
                 self._push(now + interval, _WAKE, 0)
+        self.passes = passes
         return self._outcomes()
 
     def _apply(self, actions: list[Action], now: float) -> bool:
@@ -278,9 +285,38 @@ class Simulation:
         handle = core.handle
         again = False
         joining: LaunchJoining | None = None  # the grow order just before, if any
+        # (job, end) of a job just launched that is never resized (not malleable): a limit
+        # armed for it that falls after that end would find it gone, and is not set (a heap
+        # entry less per rigid job); one that falls earlier ends it, and is set.
+        fixed_end: tuple[int, float] | None = None
         for a in actions:
             if type(a) is ArmLimit:
+                if fixed_end is not None and fixed_end[0] == a.job_id and fixed_end[1] < a.at:
+                    continue
                 self._set_timer(a.at, _LIMIT, a.job_id, self._limit_due, self._limit_carried)
+            elif type(a) is Launch:  # one per job: looked for second
+                jid = a.job_id
+                j = self._sim_of[jid]
+                n = len(a.hosts)
+                p = WorkProgress(j.work, j.speedup, j.cost, n, now)
+                if not j.malleable and n == j.nodes:
+                    p.remaining = j.run * j.speedup.speedup(j.nodes)  # exact logged run time
+                p.frozen_until = now + j.startup + j.startup_per_node * n
+                self._progress[jid] = p
+                handle(ev.Launched(now, jid))
+                if j.malleable:
+                    # It registers once started (at once for a trace job; after its measured
+                    # start-up for a replayed one), and the daemon asks its policy again when a
+                    # job registers (idle nodes can go to it): so does the simulator.
+                    if p.frozen_until > now:
+                        self._push(p.frozen_until, _REGISTER, jid)
+                    else:
+                        handle(ev.Registered(now, jid))
+                        again = True
+                end = p.end_time(now)
+                self._set_timer(end, _END, jid, self._end_due, self._end_carried)
+                if not j.malleable:
+                    fixed_end = (jid, end)
             elif type(a) is SendOrder:
                 jid = a.job_id
                 job = core.jobs[jid]
@@ -311,26 +347,8 @@ class Simulation:
                 if moved:
                     self._apply(moved, now)
                 again = True
-            elif isinstance(a, ArmLimit | SendOrder | LaunchJoining):
+            elif isinstance(a, ArmLimit | SendOrder | LaunchJoining | Launch):
                 raise AssertionError(f"a subclass of a core action: {a!r}")
-            elif isinstance(a, Launch):
-                j = self._sim_of[a.job_id]
-                p = WorkProgress(j.work, j.speedup, j.cost, len(a.hosts), now)
-                if not j.malleable and len(a.hosts) == j.nodes:
-                    p.remaining = j.run * j.speedup.speedup(j.nodes)  # exact logged run time
-                p.frozen_until = now + j.startup + j.startup_per_node * len(a.hosts)
-                self._progress[a.job_id] = p
-                core.handle(ev.Launched(now, a.job_id))
-                if j.malleable:
-                    # It registers once started (at once for a trace job; after its measured
-                    # start-up for a replayed one), and the daemon asks its policy again when a
-                    # job registers (idle nodes can go to it): so does the simulator.
-                    if p.frozen_until > now:
-                        self._push(p.frozen_until, _REGISTER, a.job_id)
-                    else:
-                        core.handle(ev.Registered(now, a.job_id))
-                        again = True
-                self._reschedule_end(a.job_id, now)
             elif isinstance(a, Terminate):
                 # SIGTERM: the simulated processes are gone at once.
                 core.handle(ev.Exited(now, a.job_id, None, 15))
@@ -346,9 +364,6 @@ class Simulation:
                 self._set_timer(a.at, _LIMIT, a.job_id, self._limit_due, self._limit_carried)
             else:
                 self._apply([a], now)
-
-    def _reschedule_end(self, job_id: int, now: float) -> None:
-        self._set_timer(self._progress[job_id].end_time(now), _END, job_id, self._end_due, self._end_carried)
 
     def _outcomes(self) -> list[JobOutcome]:
         out = []
@@ -373,10 +388,14 @@ class Simulation:
                     else:
                         expands += 1
                     add((e[0], e[2]))
+            # state._value_: its value, without Enum's property (a call per job).
             out.append(JobOutcome(j.job_id, job.submit_time, job.start_time, job.end_time, j.nodes,
-                                  job.node_seconds, j.malleable, shrinks, expands, job.state.value,
+                                  job.node_seconds, j.malleable, shrinks, expands, job.state._value_,
                                   tuple(sizes)))
         return out
+
+
+_FINISHED = (JobState.COMPLETED.value, JobState.TIMEOUT.value)
 
 
 class SimulationError(ElasticError):
@@ -389,7 +408,7 @@ def simulate(jobs: list[SimJob], nodes: int, policy: Policy) -> list[JobOutcome]
     """Every job's outcome; each ends COMPLETED or TIMEOUT (its time limit)."""
     sim = Simulation(jobs, nodes, policy, record_hosts=False)
     out = sim.run()
-    unfinished = [o for o in out if o.state not in (JobState.COMPLETED.value, JobState.TIMEOUT.value)]
+    unfinished = [o for o in out if o.state not in _FINISHED]
     if unfinished:
         raise SimulationError(f"{policy.name}: {len(unfinished)} jobs did not finish, e.g. job {unfinished[0].job_id} "
                               f"({unfinished[0].state})")
