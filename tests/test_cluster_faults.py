@@ -167,7 +167,9 @@ def test_a_restart_with_a_node_out_of_reach_orders_nothing_onto_it_before_its_jo
             assert info["state"] == "RUNNING" and info["hosts"] == ["node1", "node2"], info
             assert node_states(d)["node3"] == "down"
             since = [e for e in info["events"][seen:] if e["event"] in ("grow_ordered", "order_failed", "node_failed")]
-            assert since == [], f"{len(since)} event(s) after the restart, the first {since[:3]}"
+            assert since == [], (f"{len(since)} event(s) after the restart, the first {since[:3]}; every event since: "
+                                 f"{info['events'][seen:]}; the log: "
+                                 f"{(state / 'daemon.log').read_text(errors='replace')[-6000:]}")
         finally:
             set_link("node3", True)
         # Back: the job may grow onto it again.

@@ -814,11 +814,18 @@ class SSHLauncher:
             return_exceptions=True)
         job = _SSHJob(job_id)
         for host, r in zip(reachable, results):
+            if isinstance(r, BaseException) and not isinstance(r, HostUnreachable):
+                log.error("%s: cannot list the processes of job %d (%s): trying once more", host, job_id, r)
+                try:
+                    r = await self._call(host, "procs", [self._links[host].status_dir, str(job_id)])
+                except Exception as exc:  # noqa: BLE001 - whatever it is, the node could not be looked at
+                    r = exc
             if isinstance(r, BaseException):
-                if isinstance(r, HostUnreachable):
-                    self._host_failed(host, f"cannot take over the processes of job {job_id}: {r}")
-                else:
-                    log.error("%s: cannot list the processes of job %d: %s", host, job_id, r)
+                # Not looked at: a process of the job may run there unwatched. Skipped, the host
+                # read as one where nothing was ever started (and was given back, the process
+                # running on untracked); down, it goes the way of a node out of reach: the job
+                # goes on without it, and the node is swept clean before it is used again.
+                self._host_failed(host, f"cannot take over the processes of job {job_id}: {r}")
                 continue
             records = [ln.split() for ln in r if ln.startswith("proc ")]
             records = [w for w in records if len(w) == 5]
