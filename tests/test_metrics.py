@@ -35,6 +35,18 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
+def recorder_job(work: Path) -> Path:
+    """A malleable job on 1-3 nodes that takes every order (tests/apps/recorder.py)."""
+    return write_job(work, "rec", f'''
+        name = "rec"
+        command = ["{sys.executable}", "{RECORDER}"]
+        nodes = {{ min = 1, max = 3 }}
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "2"
+    ''')
+
+
 @pytest.fixture
 def metered(tmp_path: Path) -> Iterator[tuple[RunningDaemon, int]]:
     port = free_port()
@@ -52,14 +64,7 @@ def test_metrics_agree_with_equeue_and_status_and_count_resizes_by_outcome_and_c
     d, port = metered
     work = tmp_path / "work"
     work.mkdir()
-    mall = d.submit(write_job(work, "rec", f'''
-        name = "rec"
-        command = ["{sys.executable}", "{RECORDER}"]
-        nodes = {{ min = 1, max = 3 }}
-        kind = "malleable"
-        working_dir = "."
-        time_limit = "2"
-    '''))
+    mall = d.submit(recorder_job(work))
     d.wait_event(mall, "registered")
     waiting = d.submit(write_job(work, "wide", 'name = "wide"\ncommand = ["sleep", "30"]\nnodes = 4\nworking_dir = "."\n'))
     assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
@@ -125,13 +130,7 @@ def test_a_restarted_daemon_counts_only_what_happens_after_its_start(tmp_path: P
     port = free_port()
     d = start_daemon(tmp_path / "state", nodes=4, extra=["--metrics-port", str(port)])
     try:
-        mall = d.submit(write_job(work, "rec", f'''
-            name = "rec"
-            command = ["{sys.executable}", "{RECORDER}"]
-            nodes = {{ min = 1, max = 3 }}
-            kind = "malleable"
-            working_dir = "."
-        '''))
+        mall = d.submit(recorder_job(work))
         d.wait_event(mall, "registered")
         assert d.cli("elasticd", "resize", str(mall), "2").returncode == 0
         assert wait_until(lambda: scrape(port).get('elastic_resizes_total{cause="user",outcome="shrunk"}') == 1.0, 30)

@@ -267,30 +267,8 @@ def test_a_job_cancelled_while_its_grow_waits_on_a_hung_file_system_ends_and_fre
     start waits ELASTIC_FS_WAIT seconds, then fails. The cancel, meanwhile, ended the job's
     leader, whose exit came while a start was on its way (the job could not be over then):
     the failed start settles the job. Before, it stayed ending for ever and held both nodes."""
-    import sys
-
-    recorder = Path(__file__).resolve().parent.parent / "apps" / "recorder.py"
     monkeypatch.setenv("ELASTIC_FS_WAIT", "15")  # room for two CLI calls on a loaded machine
-    outs = tmp_path / "outs"
-    (outs / "0").mkdir(parents=True)
-    (outs / "1").symlink_to(freezable_fs.mount)  # the grow's process is task 1
-    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
-    blocker = d.submit(job(tmp_path, "blocker", "sleep 300"))
-    d.wait_event(blocker, "launched")
-    rec = d.submit(write_job(tmp_path, "rec", f'''
-        name = "rec"
-        command = ["{sys.executable}", "{recorder}"]
-        nodes = {{ min = 1, max = 2 }}
-        kind = "malleable"
-        working_dir = "{tmp_path}"
-        output = "{outs}/%t/rec.out"
-        time_limit = "2"
-    '''))
-    d.wait_event(rec, "registered")
-    assert d.job(rec)["hosts"] == ["node2"]
-    assert cli(d.state_dir, "ecancel", str(blocker)).returncode == 0
-    d.wait([blocker])
-    freezable_fs.freeze()
+    d, rec = grow_on_a_frozen_file_system(tmp_path, daemons, freezable_fs)
     r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", "--no-wait")
     assert r.returncode == 0, r.stderr
     d.wait_event(rec, "grow_ordered")
@@ -408,32 +386,10 @@ def test_a_grow_the_application_took_before_its_new_process_failed_to_start_give
     application is told (`hosts ... reason=launch_failed`), so its library's host list is
     right; a restart keeps it so. Before, the failure was only logged: the job held the host,
     with nothing of it running there, for the rest of its run, and its application counted it."""
-    import sys
-
     from faults_support import kill9
 
-    recorder = Path(__file__).resolve().parent.parent / "apps" / "recorder.py"
     monkeypatch.setenv("ELASTIC_FS_WAIT", "20")  # the application answers long before (seconds under load)
-    outs = tmp_path / "outs"
-    (outs / "0").mkdir(parents=True)
-    (outs / "1").symlink_to(freezable_fs.mount)  # the grow's process is task 1
-    d = start(daemons, tmp_path / "state", nodes=2, kill_wait=1.0)
-    blocker = d.submit(job(tmp_path, "blocker", "sleep 300"))
-    d.wait_event(blocker, "launched")
-    rec = d.submit(write_job(tmp_path, "rec", f'''
-        name = "rec"
-        command = ["{sys.executable}", "{recorder}"]
-        nodes = {{ min = 1, max = 2 }}
-        kind = "malleable"
-        working_dir = "{tmp_path}"
-        output = "{outs}/%t/rec.out"
-        time_limit = "3"
-    '''))
-    d.wait_event(rec, "registered")
-    assert d.job(rec)["hosts"] == ["node2"]
-    assert cli(d.state_dir, "ecancel", str(blocker)).returncode == 0
-    d.wait([blocker])
-    freezable_fs.freeze()
+    d, rec = grow_on_a_frozen_file_system(tmp_path, daemons, freezable_fs)
     r = cli(d.state_dir, "elasticd", "resize", str(rec), "2", "--no-wait")
     assert r.returncode == 0, r.stderr
     info = d.wait_event(rec, "grown", timeout=15)
