@@ -165,6 +165,10 @@ class OrderSim:
     _events: list[tuple[float, int, str, tuple[object, ...]]] = field(default_factory=list)
     _seq: int = 0
     _tick_at: float | None = None
+    # Join failures on their way, per job: (when reported, hosts). A launcher reports a grow's
+    # failed start before it reports those hosts gone (a reclaim waits for the launch in
+    # flight: base.StartsInFlight), so no host comes back, and goes to another grow, first.
+    _joins_failing: dict[int, list[tuple[float, frozenset[str]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = Core(
@@ -250,7 +254,9 @@ class OrderSim:
             elif isinstance(a, LaunchJoining):
                 assert set(a.hosts) <= set(job.hosts) and a.all_hosts == tuple(job.hosts)
                 if self.join_failures and self.rnd.random() < 0.4:
-                    self.push(t + self.rnd.randint(0, ORDER_DEADLINE + 5), "join_failed", a.job_id, a.hosts)
+                    when = t + self.rnd.randint(0, ORDER_DEADLINE + 5)
+                    self._joins_failing.setdefault(a.job_id, []).append((when, frozenset(a.hosts)))
+                    self.push(when, "join_failed", a.job_id, a.hosts)
             elif isinstance(a, SendOrder):
                 order = job.order
                 assert order is not None and order.order_id == a.order_id and order.kind == a.kind
@@ -276,7 +282,9 @@ class OrderSim:
                 cut = self.rnd.randint(0, len(hosts))  # sometimes reported gone in two parts
                 for part in (hosts[:cut], hosts[cut:]):
                     if part:
-                        self.push(t + self.rnd.randint(0, 8), "gone", a.job_id, tuple(part))
+                        after = max((w for w, failing in self._joins_failing.get(a.job_id, ())
+                                     if not failing.isdisjoint(part)), default=t)
+                        self.push(max(t, after) + self.rnd.randint(0, 8), "gone", a.job_id, tuple(part))
             else:  # pragma: no cover
                 raise TypeError(f"unexpected action {a!r}")
 
@@ -342,6 +350,8 @@ class OrderSim:
         """The launcher could not start a grow's processes: the hosts the job still holds for
         it (not given back, not being reclaimed) are taken back, whether the grow is still
         open or was answered; a job that ended or is being ended is left alone."""
+        failing = self._joins_failing[jid]
+        failing.remove(next(f for f in failing if f[0] == t and f[1] == frozenset(hosts)))
         core = self.core
         job = core.jobs[jid]
         held = [h for h in job.hosts if h in hosts and h not in job.leaving]
