@@ -314,6 +314,17 @@ def grow_on_a_frozen_file_system(tmp_path: Path, daemons: list, fs: FreezableFs,
     return d, rec
 
 
+def app_told_and_node1_free(d: RunningDaemon, tmp_path: Path) -> None:
+    """After a grow onto node1 was undone: the recorder's application was told (its library's
+    host list is node2 alone), and node1 is free: a job that needs it runs beside the job."""
+    told = tmp_path / "events.log"
+    assert wait_until(lambda: "hosts_changed launch_failed node2 lost=node1" in told.read_text(), 30), \
+        told.read_text()
+    other = d.submit(job(tmp_path, "other", "echo on the freed node"))
+    d.wait([other], timeout=30)
+    assert d.job(other)["state"] == "COMPLETED" and started_on(d.job(other)) == ["node1"]
+
+
 def test_a_daemon_killed_after_grown_before_the_grows_start_gives_the_host_back_when_restarted(
         tmp_path: Path, daemons: list, freezable_fs: FreezableFs, monkeypatch: pytest.MonkeyPatch) -> None:
     """The application answered `grown`; the grow's start still waits on its output's file
@@ -342,12 +353,7 @@ def test_a_daemon_killed_after_grown_before_the_grows_start_gives_the_host_back_
     assert info["state"] == "RUNNING" and info["hosts"] == ["node2"], info
     failed = next(e for e in info["events"] if e["event"] == "grow_failed")
     assert failed["cause"] == "fault" and "node1" in failed["detail"] and "restart" in failed["detail"], failed
-    told = tmp_path / "events.log"
-    assert wait_until(lambda: "hosts_changed launch_failed node2 lost=node1" in told.read_text(), 30), \
-        told.read_text()
-    other = d.submit(job(tmp_path, "other", "echo on the freed node"))
-    d.wait([other], timeout=30)
-    assert d.job(other)["state"] == "COMPLETED" and started_on(d.job(other)) == ["node1"]
+    app_told_and_node1_free(d, tmp_path)
     (tmp_path / "finish").touch()
     d.wait([rec], timeout=30)
     assert d.job(rec)["state"] == "COMPLETED", d.job(rec)
@@ -401,13 +407,7 @@ def test_a_grow_the_application_took_before_its_new_process_failed_to_start_give
     assert "no answer from its file system within 20 s" in failed["detail"], failed
     released = [e for e in info["events"] if e["event"] == "released"][-1]
     assert released["nodes"] == 1 and released["cause"] == "fault", released
-    told = tmp_path / "events.log"
-    assert wait_until(lambda: "hosts_changed launch_failed node2 lost=node1" in told.read_text(), 30), \
-        told.read_text()
-    # The host is free: a job that needs it runs beside the grown-back job.
-    other = d.submit(job(tmp_path, "other", "echo on the freed node"))
-    d.wait([other], timeout=30)
-    assert d.job(other)["state"] == "COMPLETED" and started_on(d.job(other)) == ["node1"]
+    app_told_and_node1_free(d, tmp_path)
     assert d.job(rec)["state"] == "RUNNING"
 
     # A crash and a restart keep it so: the job's history, its one host, the other one free.
