@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import pwd
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -56,18 +57,19 @@ class StartsInFlight:
     def __init__(self) -> None:
         self._open: dict[int, list[Start]] = {}
 
-    def begin(self, job_id: int, hosts: tuple[str, ...]) -> Start:
+    @contextlib.contextmanager
+    def launching(self, job_id: int, hosts: tuple[str, ...]) -> Iterator[Start]:
+        """The launch of `hosts`, recorded until it is over (entered before its first await)."""
         start = Start(frozenset(hosts))
-        self._open.setdefault(job_id, []).append(start)
-        return start
-
-    def end(self, job_id: int, start: Start) -> None:
-        starts = self._open.get(job_id, [])
-        if start in starts:
+        starts = self._open.setdefault(job_id, [])
+        starts.append(start)
+        try:
+            yield start
+        finally:
             starts.remove(start)
-        if not starts:
-            self._open.pop(job_id, None)
-        start.over.set()
+            if not starts and self._open.get(job_id) is starts:
+                del self._open[job_id]
+            start.over.set()
 
     async def reclaiming(self, job_id: int, hosts: tuple[str, ...]) -> None:
         """Mark `hosts` taken back in the launches on their way there, and return once those

@@ -397,11 +397,8 @@ class SSHLauncher:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
         # Recorded before the first await: a reclaim of these hosts from now on waits for
         # this launch, and ends what it started there (base.StartsInFlight).
-        start = self._starts.begin(req.job_id, req.hosts)
-        try:
+        with self._starts.launching(req.job_id, req.hosts) as start:
             await self._launch(req, start)
-        finally:
-            self._starts.end(req.job_id, start)
 
     async def _launch(self, req: LaunchRequest, start: Start) -> None:
         hostfile = write_hostfile(req)
