@@ -717,8 +717,15 @@ class Daemon:
                     "without them", jid, ",".join(unstarted))
         # What its application was told it holds: it is told of the change when it registers.
         self.app_hosts.setdefault(jid, self._held(job))
+        self._join_failed(job, unstarted, why)
+
+    def _join_failed(self, job: Job, hosts: tuple[str, ...], why: str) -> None:
+        """The core takes a grow's failed start (JoinLaunchFailed: the grow fails if still
+        open, else the job goes on without the hosts); an open order it settled with it (the
+        grow, or one made since for hosts the job no longer has) is settled here too."""
+        order = job.order
         open_id = order.order_id if order is not None and not order.settled else None
-        self._do(ev.JoinLaunchFailed(self.now(), jid, unstarted, why))
+        self._do(ev.JoinLaunchFailed(self.now(), job.job_id, hosts, why))
         if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
             self._order_settled(open_id)
 
@@ -1331,13 +1338,8 @@ class Daemon:
             await self.launcher.launch(req)
         except LaunchError as exc:
             log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
-            # The core decides: the grow fails if still open, else the job goes on without
-            # the hosts (the application may have answered `grown` before the start failed).
-            order = job.order
-            open_id = order.order_id if order is not None and not order.settled else None
-            self._do(ev.JoinLaunchFailed(self.now(), a.job_id, a.hosts, str(exc)))
-            if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
-                self._order_settled(open_id)
+            # The application may have answered `grown` before the start failed.
+            self._join_failed(job, a.hosts, str(exc))
             self._notify()
             self._schedule_soon()
         finally:
