@@ -166,8 +166,34 @@ def test_running_jobs_whose_processes_died_with_the_daemon_are_marked_node_fail(
 
     d = daemons.start()
     d.wait([jid, done], timeout=30)
-    assert d.job(jid)["state"] == "NODE_FAIL" and "gone" in d.job(jid)["reason"]
+    assert d.job(jid)["state"] == "NODE_FAIL" and "not found again" in d.job(jid)["reason"]
     assert d.job(done)["state"] == "COMPLETED" and d.job(done)["exit"] == "0:0"
+
+
+def test_a_job_whose_wrapper_died_with_the_daemon_is_not_said_gone_and_its_live_process_is_ended(
+        daemons: Daemons, workdir: Path) -> None:
+    """The wrapper is what a restart finds a job by: with it killed (an OOM kill, say) the
+    job's own process lives on unwatched. The job is lost (NODE_FAIL), its reason does not
+    claim its processes were gone, and that process is ended by its tag, not left running."""
+    import psutil
+
+    d = daemons.start()
+    with d.client() as c:
+        jid = c.request(Submit(spec=sleep_job(workdir, "orphaned", 120)))["job_id"]
+    assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 30)
+    wrapper = read_pid(d.state_dir / "jobs" / str(jid) / f"proc-{d.job(jid)['hosts'][0]}.pid")
+    assert wait_until(lambda: bool(psutil.Process(wrapper).children(recursive=True)), 30)
+    orphans = psutil.Process(wrapper).children(recursive=True)
+    sigkill(d)
+    os.kill(wrapper, signal.SIGKILL)  # the wrapper alone: the job's sleep lives on
+    assert wait_until(lambda: not alive(wrapper), 30) and all(p.is_running() for p in orphans)
+
+    d = daemons.start()
+    d.wait([jid], timeout=30)
+    info = d.job(jid)
+    assert info["state"] == "NODE_FAIL" and "not found again" in info["reason"] and "gone" not in info["reason"], info
+    _, left = psutil.wait_procs(orphans, timeout=30)
+    assert not left, f"the job's process outlived its lost job: {left}"
     assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
 
 

@@ -648,7 +648,10 @@ class Daemon:
                 self._job_ended(jid)
                 continue
             if not found:
-                why = ("its processes were gone when the daemon restarted" if adopt is not None
+                # "Not found", not "gone": a process whose wrapper died is not found by it,
+                # and is ended by its tag below (_end_strays), not left to run.
+                why = ("its processes were not found again when the daemon restarted (any still running "
+                       "are ended by the job's tag)" if adopt is not None
                        else f"the {self.config.launcher} launcher cannot find processes again after a restart")
                 log.warning("job %d: %s: NODE_FAIL", jid, why)
                 self._do(ev.JobLost(now, jid, why))
