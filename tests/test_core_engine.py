@@ -747,3 +747,51 @@ def test_a_restart_keeps_the_range_of_jobs_waiting_for_the_allocation_to_grow() 
     core.restore(list(old.jobs.values()), old.next_order_id, 1.0, old.next_job_id)
     assert core.job(wide).bounds == (6, 8, 8) and core.cannot_start == {}
     assert [p.job_id for p in core.snapshot(1.0).pending] == [wide]
+
+
+# ---- passes that can decide nothing --------------------------------------------------
+
+
+class _Counting:
+    """Starts what the test queued for the next pass; counts the passes it is asked."""
+
+    name = "counting"
+    replayable = False  # a pass consumes what was queued: conftest's rollback check does not run it twice
+
+    def __init__(self, stateless: bool) -> None:
+        self.stateless = stateless
+        self.asked = 0
+        self.starts: list[Decision] = []
+
+    def decide(self, snap: Snapshot) -> list[Decision]:
+        self.asked += 1
+        out, self.starts = self.starts, []
+        return out
+
+
+@pytest.mark.parametrize("stateless", [True, False])
+def test_a_stateless_policy_is_not_asked_while_no_decision_could_be_valid(stateless: bool) -> None:
+    """Three of four nodes busy, a 2-node job waiting, nothing resizable running: no start,
+    grow or shrink would pass the core's checks, so a policy that says it decides from the
+    snapshot alone is not asked; one that keeps memory across passes (SD-Policy) is. Both
+    are asked once a job that fits the idle node waits."""
+    policy = _Counting(stateless)
+    core = Core(NODES, policy)
+    busy = submit(core, spec("busy", 3), 0.0).job_id
+    policy.starts = [Start(busy, 3)]
+    assert [a.job_id for a in core.handle(PassDue(0.0)) if isinstance(a, Launch)] == [busy]
+    submit(core, spec("wide", 2), 1.0)
+    assert core.handle(PassDue(1.0)) == []
+    assert policy.asked == (1 if stateless else 2)
+    narrow = submit(core, spec("narrow", 1), 2.0).job_id
+    policy.starts = [Start(narrow, 1)]
+    assert [a.job_id for a in core.handle(PassDue(2.0)) if isinstance(a, Launch)] == [narrow]
+    assert policy.asked == (2 if stateless else 3)
+
+
+def test_no_registered_policy_but_sd_says_it_is_stateless() -> None:
+    """SD-Policy promises idle nodes to waiting jobs in passes that decide nothing (and
+    forgets promises of jobs gone from the queue): a pass it was not asked would change
+    what it decides later. Every other policy decides from its snapshot alone."""
+    stateless = {name for name in POLICIES if getattr(make_policy(name), "stateless", False) is True}
+    assert set(POLICIES) - stateless == {"sd"}

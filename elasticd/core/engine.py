@@ -11,9 +11,11 @@ on them are gone (Exited, HostsGone), never when an end is merely asked for.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -81,6 +83,8 @@ from elasticd.policies.base import (
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
 K = JobEventKind
+_min_nodes = attrgetter("min_nodes")
+_NO_FLOOR = sys.maxsize
 SHRINK, GROW = OrderKind.SHRINK, OrderKind.GROW
 
 
@@ -151,6 +155,11 @@ class Core:
         # snapshot is then one C-level copy, not a loop over a queue thousands deep.
         self._pending: dict[int, PendingView] = {}
         self._pending_tuple: tuple[PendingView, ...] | None = None  # what snapshots share until it changes
+        # The fewest nodes any pending job can start on (None: to be worked out again), and
+        # the jobs holding nodes that orders can resize: while fewer nodes are free than the
+        # first and there are none of the second, no decision can be valid (_pass).
+        self._floor: int | None = None
+        self._resizable: set[int] = set()
         # Pending jobs the cluster became too small for since they were taken, with why:
         # queued, in no snapshot (elasticd.core.sizes.refit_bounds).
         self._cannot_start: dict[int, str] = {}
@@ -264,7 +273,9 @@ class Core:
         self._pending = {j.job_id: self._pending_view(j) for j in sorted(self.jobs.values(), key=lambda j: j.job_id)
                          if j.state is JobState.PENDING}
         self._pending_tuple = None
+        self._floor = None
         self._active = {jid: None for jid in tx.active if self.jobs[jid].state.holds_nodes}
+        self._resizable = {jid for jid in self._active if self.jobs[jid].kind in RESIZABLE}
         nodes = NodeTable(tx.names)
         nodes.remove(sorted(tx.gone, key=nodes.index.__getitem__))
         for n in tx.down:
@@ -458,11 +469,14 @@ class Core:
             if job.state is JobState.PENDING:
                 self._pending[job.job_id] = self._pending_view(job)
                 self._pending_tuple = None
+                self._floor = None
                 self._refit(job)
                 continue
             job.bounds = refit_bounds(job.bounds, self._capacity)[0]  # a job holding nodes fits them
             if job.state.holds_nodes:
                 self._active[job.job_id] = None
+                if job.kind in RESIZABLE:
+                    self._resizable.add(job.job_id)
                 self._stale.add(job.job_id)
                 job.malleable_ready = False
                 job.record(now, K.RECOVERED, Cause.DAEMON, "daemon restarted")
@@ -510,6 +524,7 @@ class Core:
         self._pending[job.job_id] = self._pending_view(job)
         self._pending = dict(sorted(self._pending.items()))
         self._pending_tuple = None
+        self._floor = None
         self._refit(job)
         return []
 
@@ -541,6 +556,7 @@ class Core:
             self._cannot_start[jid] = lacking
         self._pending[jid] = self._pending_view(job)
         self._pending_tuple = None
+        self._floor = None
 
     def _submitted(self, ev: Submitted) -> list[Action]:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:
@@ -554,6 +570,9 @@ class Core:
             self._tx.created.add(job.job_id)
         self._pending[job.job_id] = self._pending_view(job)
         self._pending_tuple = None
+        floor = self._floor
+        if floor is not None and bounds[0] < floor:
+            self._floor = bounds[0]
         self._changed.add(job.job_id)
         job.record(ev.time, K.SUBMITTED, ev.cause)
         return []
@@ -562,6 +581,8 @@ class Core:
         """Ask the policy, check its decisions as a whole, then carry them out."""
         if not self._pending and not self._active:
             return []
+        if not self._resizable and self.nodes.free_count < self._pending_floor() and self._skippable():
+            return []  # no start, grow or shrink could pass _check_pass: nothing to ask
         now = ev.time
         decisions = self.policy.decide(self.snapshot(now))
         if not decisions:
@@ -580,6 +601,20 @@ class Core:
             else:
                 extend(self._start(d, now))
         return actions
+
+    def _pending_floor(self) -> int:
+        """The fewest nodes any pending job can start on (the minimum _check_pass holds a
+        start to), or more than any cluster has when none waits."""
+        floor = self._floor
+        if floor is None:
+            floor = self._floor = min(map(_min_nodes, self._pending.values()), default=_NO_FLOOR)
+        return floor
+
+    def _skippable(self) -> bool:
+        """Whether the policy may go unasked when no decision could be valid: it says its
+        decisions depend on the snapshot alone (Policy.stateless). A policy that keeps what
+        a pass saw (SD-Policy's promises) is asked on every pass."""
+        return getattr(self.policy, "stateless", False) is True
 
     def _check_pass(self, decisions: list[Decision], now: float) -> None:
         """Raise PolicyError, before anything is applied, if any decision of the pass cannot
@@ -642,7 +677,11 @@ class Core:
         job.account(now)
         del self._pending[job.job_id]
         self._pending_tuple = None
+        if job.bounds[0] == self._floor:
+            self._floor = None  # maybe the only one that small
         self._active[job.job_id] = None
+        if job.kind in RESIZABLE:
+            self._resizable.add(job.job_id)
         self._stale.add(job.job_id)
         job.record(now, K.STARTED, Cause.POLICY)
         launch = Launch(job.job_id, tuple(job.hosts))
@@ -977,6 +1016,7 @@ class Core:
         if job.state is JobState.PENDING:
             del self._pending[job.job_id]
             self._pending_tuple = None
+            self._floor = None
             self._cannot_start.pop(job.job_id, None)
             job.state = JobState.CANCELLED
             job.end_time = now
@@ -1075,6 +1115,7 @@ class Core:
         if job_id in self._active:
             del self._active[job_id]
             self._running_tuple = None
+            self._resizable.discard(job_id)
         self._stale.discard(job_id)
         self._expiring.pop(job_id, None)
         self._incoming_of.pop(job_id, None)

@@ -13,6 +13,7 @@ from elasticd.policies.base import Decision, Snapshot, Start, grant_requests, st
 
 class GreedyBackfill:
     name = "backfill"
+    stateless = True  # see Policy
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         free = snap.free_nodes

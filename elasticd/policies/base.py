@@ -121,6 +121,12 @@ for _type in (PendingView, RunningView, Snapshot, Start, Shrink, Grow):
 
 
 class Policy(Protocol):
+    """A policy may also say `stateless = True`: what it decides depends on the snapshot
+    alone (memoised facts of views aside), so a pass in which no decision could be valid
+    (fewer nodes free than any waiting job's minimum, no running job an order can resize)
+    can go unasked: the core skips it (Core._pass). A policy that remembers what a pass saw
+    (SD-Policy's promises to waiting jobs) leaves it unset and is asked every time."""
+
     name: str
 
     def decide(self, snap: Snapshot) -> list[Decision]: ...

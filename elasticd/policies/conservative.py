@@ -115,6 +115,7 @@ def entry_duration(e: object, is_request: bool, now: float) -> float:
 
 class ConservativeBackfill:
     name = "conservative"
+    stateless = True  # see Policy
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         now = snap.now

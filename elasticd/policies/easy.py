@@ -282,6 +282,7 @@ _requested = attrgetter("requested")  # looked up for every running job on every
 
 class EasyBackfill:
     name = "easy"
+    stateless = True  # see Policy
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         r = easy_pass(snap)

@@ -7,6 +7,7 @@ from elasticd.policies.base import Decision, Snapshot, Start, grant_requests, st
 
 class Fcfs:
     name = "fcfs"
+    stateless = True  # see Policy
 
     def decide(self, snap: Snapshot) -> list[Decision]:
         free = snap.free_nodes

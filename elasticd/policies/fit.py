@@ -181,6 +181,7 @@ def plan_of(snap: Snapshot) -> FreeProfile:
 
 class EvolvingFit:
     name = "fit"
+    stateless = True  # see Policy
 
     def __init__(self, expand_limit: float = 1.0, compact: bool = False) -> None:
         self.expand_limit = expand_limit

@@ -62,6 +62,7 @@ MIN_AGREE = Strategy(
 
 class MalleableMinAgree:
     name = "malleable"
+    stateless = True  # see Policy
 
     def __init__(self, min_resize_interval: float = 10.0) -> None:
         self.min_resize_interval = min_resize_interval

@@ -64,6 +64,8 @@ EXPANDS = ("handoff", "spare", "intensive")
 
 
 class Mebf:
+    stateless = True  # see Policy (its predictions are memoised per view, nothing more)
+
     def __init__(
         self,
         variant: str = "basic",

@@ -110,6 +110,8 @@ STRATEGIES: dict[str, Strategy] = {
 class PriorityMalleable:
     """One of Min, Avg, Pref, KeepPref, chosen by name."""
 
+    stateless = True  # see Policy
+
     def __init__(self, strategy: str, min_resize_interval: float = 10.0) -> None:
         self.name = strategy
         self.strategy = STRATEGIES[strategy]

@@ -126,6 +126,7 @@ _FLOOR = 3  # no room if the gain is at most the first field, a lower bound of t
 
 class Payoff:
     name = "payoff"
+    stateless = True  # see Policy
 
     def __init__(self, min_resize_interval: float = 10.0, order_latency: float = 0.0,
                  gain_factor: float = 1.0, start: str = "preferred", max_job_test: int = 500) -> None:
