@@ -22,11 +22,15 @@ def load_job_file(path: Path, submit_dir: Path | None = None) -> JobSpec:
     from anywhere); with no working_dir the job runs where it was submitted, as in Slurm.
     """
     try:
-        size = path.stat().st_size
-        if size > MAX_JOB_FILE_BYTES:
-            raise JobFileError(str(path), [(f"{size} bytes, more than a job file may hold ({MAX_JOB_FILE_BYTES // 1024} "
+        # Read up to one byte past the limit, whatever stat says: a device or a pipe
+        # (/dev/zero, <(yes)) has no size, and would otherwise be read without end.
+        with path.open("rb") as f:
+            raw = f.read(MAX_JOB_FILE_BYTES + 1)
+        if len(raw) > MAX_JOB_FILE_BYTES:
+            size = path.stat().st_size
+            held = f"{size} bytes" if size > MAX_JOB_FILE_BYTES else f"more than {MAX_JOB_FILE_BYTES} bytes"
+            raise JobFileError(str(path), [(f"{held}, more than a job file may hold ({MAX_JOB_FILE_BYTES // 1024} "
                                            "KiB): put data in files the job reads, not in the job file")])
-        raw = path.read_bytes()
     except OSError as exc:
         raise JobFileError(str(path), [f"cannot read file: {exc.strerror}"]) from None
     try:

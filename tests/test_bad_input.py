@@ -81,6 +81,19 @@ def test_invalid_field_is_rejected_with_one_line_naming_it(
     assert any(expected in line for line in lines[1:]), lines
 
 
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_job_file_past_the_size_limit_is_refused_without_reading_it_all(
+        daemon: RunningDaemon, workdir: Path, kept_job: int, source: str) -> None:
+    """/dev/zero has no size to stat: read without a bound, it took 8 GB in 6 s."""
+    path = Path(source) if source.startswith("/") else workdir / "big.toml"
+    if not source.startswith("/"):
+        path.write_text(GOOD + "# " + "x" * 40_000 + "\n")
+    r = daemon.cli("esubmit", str(path), timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "more than a job file may hold (32 KiB)" in r.stderr, r.stderr
+    assert_daemon_kept(daemon, kept_job)
+
+
 def test_every_problem_gets_its_own_line(daemon: RunningDaemon, workdir: Path) -> None:
     lines = esubmit_errors(daemon, write_job(workdir, "bad", 'command = []\nnodes = 0\nfoo = 1'))
     problems = [line.strip() for line in lines[1:]]
