@@ -29,6 +29,14 @@ def test_every_tool_says_its_version(tool: str) -> None:
     (["equeue", "-j", "abc"], "argument -j/--jobs: 'abc' is not a comma-separated list of job ids (e.g. 3,5,8)"),
     (["elasticd", "resize", "3", "0"], "argument nodes: 0 must be 1 or more"),
     (["ecancel", "x"], "argument ID: invalid int value: 'x'"),
+    # Past a year a duration overflows the clock arithmetic it goes into: 1e308 was taken,
+    # and `elasticd stop` then died in a traceback (settimeout out of range).
+    (["elasticd", "start", "--local", "1", "--kill-wait", "1e308"],
+     "argument --kill-wait: 1e308 must be a number of seconds from 0 to 31622400 (a year)"),
+    (["elasticd", "start", "--local", "1", "--node-timeout", "nan"],
+     "argument --node-timeout: nan must be a number of seconds from 0 to 31622400 (a year)"),
+    (["elasticd", "run", "examples/mixed", "--timeout", "-1"],
+     "argument --timeout: -1 must be a number of seconds from 0 to 31622400 (a year)"),
 ])
 def test_a_wrong_argument_is_one_line_naming_it(argv: list[str], message: str) -> None:
     r = run(str(BIN / argv[0]), *argv[1:])

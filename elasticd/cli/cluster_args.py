@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from elasticd.allocation import held_nodes
+from elasticd.cli.common import positive_seconds
 from elasticd.cluster import Cluster, default_app_host, expand_hostlist
 from elasticd.core.allocation_plan import AllocationRules
 from elasticd.errors import ElasticError
@@ -24,7 +25,7 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hosts", metavar="LIST", help="manage these nodes, e.g. node[1-4] (outside Slurm)")
     g.add_argument("--hostfile", type=Path, metavar="FILE",
                    help="manage the nodes in FILE, one per line (`host [slots=N]`)")
-    g.add_argument("--release-idle", type=float, default=None, metavar="S",
+    g.add_argument("--release-idle", type=positive_seconds, default=None, metavar="S",
                    help="inside a Slurm allocation: give nodes idle S seconds, with nothing pending that "
                    "could use them, back to Slurm (the allocation shrinks; its first node stays)")
     g.add_argument("--release-policy", choices=("idle", "shrink"), default="idle",
@@ -47,11 +48,11 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
                    default=Path(os.environ["ELASTIC_SSH_CONFIG"]) if os.environ.get("ELASTIC_SSH_CONFIG") else None,
                    help="ssh_config for reaching the nodes (default: $ELASTIC_SSH_CONFIG, else "
                    "~/.ssh/config and /etc/ssh/ssh_config)")
-    g.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+    g.add_argument("--connect-timeout", type=positive_seconds, default=10.0, metavar="S",
                    help="seconds to wait for a node's SSH connection (default 10)")
-    g.add_argument("--node-timeout", type=float, default=10.0, metavar="S",
+    g.add_argument("--node-timeout", type=positive_seconds, default=10.0, metavar="S",
                    help="a node silent this long is marked down (default 10)")
-    g.add_argument("--node-retry", type=float, default=10.0, metavar="S",
+    g.add_argument("--node-retry", type=positive_seconds, default=10.0, metavar="S",
                    help="seconds between attempts to reach a down node again (default 10)")
     g.add_argument("--remote-python", default=None, metavar="PATH",
                    help="Python on the nodes for elastic's small process agent (default: this "
@@ -128,8 +129,6 @@ def cluster_settings(args: argparse.Namespace, cluster: Cluster) -> ClusterSetti
     if resizing and not (cluster.mode == "cluster" and cluster.source.startswith("Slurm job")):
         raise ElasticError("--release-idle and --grow-allocation resize the daemon's own Slurm allocation: "
                            "run `elasticd start` inside salloc or sbatch, without --hosts/--hostfile/--local")
-    if args.release_idle is not None and args.release_idle <= 0:
-        raise ElasticError("--release-idle must be positive (seconds)")
     if args.grow_allocation is not None and args.grow_allocation <= len(cluster.nodes):
         raise ElasticError(f"--grow-allocation {args.grow_allocation}: the allocation already holds "
                            f"{len(cluster.nodes)} nodes; give the most it may hold in all, at least "

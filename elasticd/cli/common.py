@@ -9,6 +9,32 @@ from pathlib import Path
 
 from elasticd.errors import DaemonError, ElasticError
 
+# A year: a duration option past it is a typo, and one near float's range overflows
+# the clock arithmetic it goes into (`--kill-wait 1e308` made `elasticd stop` crash).
+MAX_SECONDS = 366 * 86400.0
+
+
+def seconds(text: str) -> float:
+    """A duration option: a number of seconds, 0 or more, at most a year."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= v <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds from 0 to {MAX_SECONDS:.0f} (a year)")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    v = seconds(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("must be more than 0 seconds")
+    return v
+
+
+# What argparse names the type in its messages ("invalid seconds value").
+seconds.__name__ = positive_seconds.__name__ = "seconds"
+
 
 def add_state_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -34,36 +34,21 @@ from elasticd.cli.cluster_args import (
     cluster_settings,
     nodes_held_now,
 )
-from elasticd.cli.common import add_policy_params, add_state_dir, fail, policy_settings, run_tool
+from elasticd.cli.common import (
+    add_policy_params,
+    add_state_dir,
+    fail,
+    policy_settings,
+    positive_seconds,
+    run_tool,
+    seconds,
+)
 from elasticd.cli.limits import add_limit_args, ensure_fd_room, limit_passthrough, limit_settings
 from elasticd.client import ControlClient
 from elasticd.daemonctl import cluster_for, start_detached, tuning_args
 from elasticd.errors import DaemonNotRunning, ElasticError
 from elasticd.policies import POLICIES
 from elasticd.statedir import LOG_FILE, DaemonRecord, default_state_dir, pid_alive, prepare, running_daemon
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds, 0 or more")
-    return v
-
-
-_seconds.__name__ = "seconds"
-
-
-def _positive_seconds(text: str) -> float:
-    v = _seconds(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError("must be more than 0 seconds")
-    return v
-
-
-_positive_seconds.__name__ = "seconds"
 
 
 def _count(text: str) -> int:
@@ -93,15 +78,15 @@ def _common_start_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", type=_count, metavar="N", help="manage N virtual nodes on this machine")
     p.add_argument("--policy", default=defaults.POLICY, choices=sorted(POLICIES),
                    help=f"scheduling policy (default: {defaults.POLICY})")
-    p.add_argument("--kill-wait", type=_seconds, default=defaults.KILL_WAIT, metavar="S",
+    p.add_argument("--kill-wait", type=seconds, default=defaults.KILL_WAIT, metavar="S",
                    help=f"seconds between SIGTERM and SIGKILL when a job is ended (default {defaults.KILL_WAIT:g})")
-    p.add_argument("--order-deadline", type=_positive_seconds, default=defaults.ORDER_DEADLINE, metavar="S",
+    p.add_argument("--order-deadline", type=positive_seconds, default=defaults.ORDER_DEADLINE, metavar="S",
                    help="seconds an application has to answer a shrink or grow order "
                    f"(default {defaults.ORDER_DEADLINE:g})")
-    p.add_argument("--min-resize-interval", type=_seconds, default=defaults.MIN_RESIZE_INTERVAL, metavar="S",
+    p.add_argument("--min-resize-interval", type=seconds, default=defaults.MIN_RESIZE_INTERVAL, metavar="S",
                    help="malleable policy: least seconds between two resizes of one job "
                    f"(default {defaults.MIN_RESIZE_INTERVAL:g})")
-    p.add_argument("--schedule-interval", type=_positive_seconds, default=defaults.SCHEDULE_INTERVAL, metavar="S",
+    p.add_argument("--schedule-interval", type=positive_seconds, default=defaults.SCHEDULE_INTERVAL, metavar="S",
                    help=f"also run the policy this often while jobs exist (default {defaults.SCHEDULE_INTERVAL:g})")
     p.add_argument("--min-free-space", type=_count, default=defaults.MIN_FREE_SPACE_MIB, metavar="MIB",
                    help="start no job while the state directory's file system has less free "
@@ -155,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     rz.add_argument("--no-wait", action="store_true", help="return once the order is given, not its outcome")
     rz.add_argument("--hold", action="store_true",
                     help="keep the job at this size: the policy does not resize it until `elasticd release J`")
-    rz.add_argument("--timeout", type=_positive_seconds, default=120.0, metavar="S",
+    rz.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="S",
                     help="how long to wait for the outcome (default 120)")
     add_state_dir(rz)
 
@@ -173,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common_start_args(r)
     r.add_argument("--no-offsets", action="store_true", help="submit everything at once, ignoring submit_offset")
     r.add_argument("--json", type=Path, metavar="FILE", help="also write per-job and overall metrics as JSON")
-    r.add_argument("--timeout", type=float, default=None, metavar="S", help="give up (and cancel) after S seconds")
+    r.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
+                   help="give up (and cancel) after S seconds")
     return p
 
 
