@@ -123,6 +123,7 @@ def check_snapshot(core: Core, now: float) -> None:
     assert snap.incoming_nodes == promised_back(core)
     # What Core._pass reads to tell a pass in which no decision could be valid.
     floor = min((core.jobs[j].bounds[0] for j in core.pending_ids), default=None)
+    assert sum(core._minima.values()) == core.pending_count
     assert floor is None or core._pending_floor() == floor, f"pending floor {core._pending_floor()}, not {floor}"
     assert core._resizable == {j for j in core.active_ids if core.jobs[j].kind in RESIZABLE}
 

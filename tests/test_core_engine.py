@@ -795,3 +795,16 @@ def test_no_registered_policy_but_sd_says_it_is_stateless() -> None:
     what it decides later. Every other policy decides from its snapshot alone."""
     stateless = {name for name in POLICIES if getattr(make_policy(name), "stateless", False) is True}
     assert set(POLICIES) - stateless == {"sd"}
+
+
+def test_new_job_makes_the_job_the_dataclass_makes() -> None:
+    """The core makes jobs with new_job (a copy of the defaults): every field, in the same
+    order, and nothing shared between two jobs."""
+    from elasticd.core.job import Job, new_job
+
+    s = spec("a", {"min": 1, "max": 3}, limit=5, kind=JobKind.MALLEABLE)
+    for record_hosts in (True, False):
+        made, plain = new_job(7, s, 1.5, record_hosts), Job(job_id=7, spec=s, submit_time=1.5, record_hosts=record_hosts)
+        assert made == plain and list(vars(made).items()) == list(vars(plain).items())
+    other = new_job(8, s, 2.0)
+    assert other.hosts is not made.hosts and other.leaving is not made.leaving and other.events is not made.events

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from operator import attrgetter
 from typing import Any
 
 from elastic_protocol.jobspec import JobKind, JobSpec
@@ -56,7 +55,7 @@ from elasticd.core.events import (
     Submitted,
     Unregistered,
 )
-from elasticd.core.job import Job, exit_text
+from elasticd.core.job import Job, exit_text, new_job
 from elasticd.core.limits import resize_limit, start_limit
 from elasticd.core.nodes import NodeTable
 from elasticd.core.orders import Order, Settlement
@@ -83,7 +82,6 @@ from elasticd.policies.base import (
 
 RESIZABLE = (JobKind.MALLEABLE, JobKind.EVOLVING)
 K = JobEventKind
-_min_nodes = attrgetter("min_nodes")
 _NO_FLOOR = sys.maxsize
 SHRINK, GROW = OrderKind.SHRINK, OrderKind.GROW
 
@@ -155,10 +153,12 @@ class Core:
         # snapshot is then one C-level copy, not a loop over a queue thousands deep.
         self._pending: dict[int, PendingView] = {}
         self._pending_tuple: tuple[PendingView, ...] | None = None  # what snapshots share until it changes
-        # The fewest nodes any pending job can start on (None: to be worked out again), and
-        # the jobs holding nodes that orders can resize: while fewer nodes are free than the
-        # first and there are none of the second, no decision can be valid (_pass).
+        # The fewest nodes any pending job can start on (None: to be worked out again, from
+        # how many pending jobs have each minimum), and the jobs holding nodes that orders
+        # can resize: while fewer nodes are free than the first and there are none of the
+        # second, no decision can be valid (_pass).
         self._floor: int | None = None
+        self._minima: dict[int, int] = {}
         self._resizable: set[int] = set()
         # Pending jobs the cluster became too small for since they were taken, with why:
         # queued, in no snapshot (elasticd.core.sizes.refit_bounds).
@@ -274,6 +274,9 @@ class Core:
                          if j.state is JobState.PENDING}
         self._pending_tuple = None
         self._floor = None
+        self._minima = {}
+        for view in self._pending.values():
+            self._minimum_in(view.min_nodes)
         self._active = {jid: None for jid in tx.active if self.jobs[jid].state.holds_nodes}
         self._resizable = {jid for jid in self._active if self.jobs[jid].kind in RESIZABLE}
         nodes = NodeTable(tx.names)
@@ -467,9 +470,9 @@ class Core:
             self._changed.add(job.job_id)
             self._next_id = max(self._next_id, job.job_id + 1)
             if job.state is JobState.PENDING:
-                self._pending[job.job_id] = self._pending_view(job)
+                view = self._pending[job.job_id] = self._pending_view(job)
                 self._pending_tuple = None
-                self._floor = None
+                self._minimum_in(view.min_nodes)
                 self._refit(job)
                 continue
             job.bounds = refit_bounds(job.bounds, self._capacity)[0]  # a job holding nodes fits them
@@ -521,10 +524,10 @@ class Core:
         job.limit_used, job.limit_since, job.limit_due = 0.0, None, None
         job.account(now)
         job.record(now, K.REQUEUED, ev.cause, ev.why)
-        self._pending[job.job_id] = self._pending_view(job)
+        view = self._pending[job.job_id] = self._pending_view(job)
         self._pending = dict(sorted(self._pending.items()))
         self._pending_tuple = None
-        self._floor = None
+        self._minimum_in(view.min_nodes)
         self._refit(job)
         return []
 
@@ -554,15 +557,16 @@ class Core:
             self._cannot_start.pop(jid, None)
         else:
             self._cannot_start[jid] = lacking
-        self._pending[jid] = self._pending_view(job)
+        self._minimum_out(self._pending[jid].min_nodes)
+        view = self._pending[jid] = self._pending_view(job)
         self._pending_tuple = None
-        self._floor = None
+        self._minimum_in(view.min_nodes)
 
     def _submitted(self, ev: Submitted) -> list[Action]:
         if ev.job_id < self._next_id or ev.job_id in self.jobs:
             raise InvalidTransition(f"submitted as job {ev.job_id}; the next id is {self._next_id}")
         bounds = self.fit(ev.spec)
-        job = Job(job_id=ev.job_id, spec=ev.spec, submit_time=ev.time, record_hosts=self.record_hosts)
+        job = new_job(ev.job_id, ev.spec, ev.time, self.record_hosts)
         job.bounds = bounds
         self._next_id = ev.job_id + 1
         self.jobs[job.job_id] = job
@@ -570,9 +574,7 @@ class Core:
             self._tx.created.add(job.job_id)
         self._pending[job.job_id] = self._pending_view(job)
         self._pending_tuple = None
-        floor = self._floor
-        if floor is not None and bounds[0] < floor:
-            self._floor = bounds[0]
+        self._minimum_in(bounds[0])
         self._changed.add(job.job_id)
         job.record(ev.time, K.SUBMITTED, ev.cause)
         return []
@@ -581,8 +583,12 @@ class Core:
         """Ask the policy, check its decisions as a whole, then carry them out."""
         if not self._pending and not self._active:
             return []
-        if not self._resizable and self.nodes.free_count < self._pending_floor() and self._skippable():
-            return []  # no start, grow or shrink could pass _check_pass: nothing to ask
+        if not self._resizable:
+            floor = self._floor
+            if floor is None:
+                floor = self._pending_floor()
+            if self.nodes.free_count < floor and self._skippable():
+                return []  # no start, grow or shrink could pass _check_pass: nothing to ask
         now = ev.time
         decisions = self.policy.decide(self.snapshot(now))
         if not decisions:
@@ -607,8 +613,27 @@ class Core:
         start to), or more than any cluster has when none waits."""
         floor = self._floor
         if floor is None:
-            floor = self._floor = min(map(_min_nodes, self._pending.values()), default=_NO_FLOOR)
+            floor = self._floor = min(self._minima) if self._minima else _NO_FLOOR
         return floor
+
+    def _minimum_in(self, lo: int) -> None:
+        """A pending job of this minimum is queued (or its view made again)."""
+        minima = self._minima
+        minima[lo] = minima.get(lo, 0) + 1
+        floor = self._floor
+        if floor is not None and lo < floor:
+            self._floor = lo
+
+    def _minimum_out(self, lo: int) -> None:
+        """A pending job of this minimum left the queue (or its view is being made again)."""
+        minima = self._minima
+        left = minima[lo] - 1
+        if left:
+            minima[lo] = left
+        else:
+            del minima[lo]
+            if lo == self._floor:
+                self._floor = None  # the next larger one, worked out when asked for
 
     def _skippable(self) -> bool:
         """Whether the policy may go unasked when no decision could be valid: it says its
@@ -675,10 +700,8 @@ class Core:
         job.start_time = now
         start_limit(job, now)
         job.account(now)
-        del self._pending[job.job_id]
+        self._minimum_out(self._pending.pop(job.job_id).min_nodes)
         self._pending_tuple = None
-        if job.bounds[0] == self._floor:
-            self._floor = None  # maybe the only one that small
         self._active[job.job_id] = None
         if job.kind in RESIZABLE:
             self._resizable.add(job.job_id)
@@ -1014,9 +1037,8 @@ class Core:
 
     def _cancel_job(self, job: Job, now: float, cause: Cause, why: str) -> list[Action]:
         if job.state is JobState.PENDING:
-            del self._pending[job.job_id]
+            self._minimum_out(self._pending.pop(job.job_id).min_nodes)
             self._pending_tuple = None
-            self._floor = None
             self._cannot_start.pop(job.job_id, None)
             job.state = JobState.CANCELLED
             job.end_time = now
@@ -1086,7 +1108,8 @@ class Core:
         if job.order is not None:
             job.record(now, K.ORDER_DROPPED, cause, f"order {job.order.order_id}: {why}")
             job.order = None
-        job.leaving.clear()
+        if job.leaving:
+            job.leaving.clear()
         job.release_cause = None
         job.requested = 0
         job.malleable_ready = False
@@ -1117,8 +1140,10 @@ class Core:
             self._running_tuple = None
             self._resizable.discard(job_id)
         self._stale.discard(job_id)
-        self._expiring.pop(job_id, None)
-        self._incoming_of.pop(job_id, None)
+        if self._expiring:  # (both empty while no job defers, backs off or gives nodes back)
+            self._expiring.pop(job_id, None)
+        if self._incoming_of:
+            self._incoming_of.pop(job_id, None)
 
     def _stop_all(self, ev: StopRequested) -> list[Action]:
         """Daemon shutdown: cancel the queue and end every running job."""

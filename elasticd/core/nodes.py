@@ -282,11 +282,16 @@ class NodeTable:
         if count > self._free_count:
             raise InvalidTransition(f"job {job_id}: {count} nodes asked, {self._free_count} free")
         runs = self._free.take_lowest(count)
-        chosen: list[str] = []
         owner, names = self._owner, self.names
-        for s, e in runs:
+        if len(runs) == 1:  # the usual case: one run of free nodes, its names as they are
+            s, e = runs[0]
             owner[s:e] = [job_id] * (e - s)
-            chosen.extend(names[s:e])
+            chosen = names[s:e]
+        else:
+            chosen = []
+            for s, e in runs:
+                owner[s:e] = [job_id] * (e - s)
+                chosen.extend(names[s:e])
         held = self._held.get(job_id)
         if held is None:
             self._held[job_id] = runs

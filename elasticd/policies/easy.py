@@ -154,6 +154,28 @@ def easy_pass(
 ) -> EasyResult:
     """Start jobs as EASY does, sizing each with `size`; `need(job)` is the fewest nodes a
     job can start on (its reservation is made for that many)."""
+    starts, free, extra, head, skip, reservation, ends = _easy(snap, size, need)
+    res = EasyResult(starts, free, extra, snap.pending, head, skip)
+    if reservation is not None:
+        res._reservation = reservation
+    elif ends is not None:
+        res._ends = ends
+    return res
+
+
+# What an EASY pass leaves, as EasyResult takes it: starts, idle nodes left, extra (None: to
+# be worked out from the reservation's arguments), the blocked head's place, the later jobs
+# started, the reservation's arguments, the (end, nodes) it was worked out over.
+_Pass = tuple[
+    list[Start], int, "int | None", int, "list[int] | None",
+    "tuple[float, int, int, tuple[RunningView, ...], list[tuple[float, int]]] | None",
+    "tuple[list[tuple[float, int]], list[tuple[float, int]]] | None",
+]
+
+
+def _easy(snap: Snapshot, size: Sizer, need: Callable[[PendingView], int]) -> _Pass:
+    """easy_pass's work, its result as a tuple: EASY itself reads only the starts (on most
+    passes), and an EasyResult is ten attributes to set on every pass."""
     free = snap.free_nodes
     pending = snap.pending
     now = snap.now
@@ -188,9 +210,9 @@ def easy_pass(
         free -= n
         i += 1
     if i == count:
-        return EasyResult(starts, free, free, pending, i)
+        return starts, free, free, i, None, None, None
     if free <= 0:  # nothing else can start, and no node is spare: the reservation is moot
-        return EasyResult(starts, free, 0, pending, i)
+        return starts, free, 0, i, None, None, None
     available = free + snap.incoming_nodes
     head_need = need(pending[i])
     running = snap.running
@@ -251,12 +273,9 @@ def easy_pass(
         free -= n
         if not ends_in_time:
             extra -= n
-    res = EasyResult(starts, free, min(free, extra) if known else None, pending, i, skip)
     if not known:
-        res._reservation = (now, available, head_need, running, started)
-    elif ends is not None:
-        res._ends = (ends, started)
-    return res
+        return starts, free, None, i, skip, (now, available, head_need, running, started), None
+    return starts, free, min(free, extra), i, skip, None, None if ends is None else (ends, started)
 
 
 def _ends(running: tuple[RunningView, ...]) -> list[tuple[float, int]]:
@@ -285,9 +304,10 @@ class EasyBackfill:
     stateless = True  # see Policy
 
     def decide(self, snap: Snapshot) -> list[Decision]:
-        r = easy_pass(snap)
         if not any(map(_requested, snap.running)):
-            out: list[Decision] = list(r.starts)  # no evolving job asks for nodes: no use for the spare
+            # No evolving job asks for nodes: no use for the spare, only the starts are read.
+            out: list[Decision] = list(_easy(snap, start_size, start_nodes_of)[0])
             return out
+        r = easy_pass(snap)
         return [*r.starts, *grant_requests(snap, r.extra)]
 
