@@ -72,6 +72,7 @@ def test_toml_syntax_error_names_line_and_column(daemon: RunningDaemon, workdir:
         ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { ranks_per_node = 0 }', "mpi.ranks_per_node: Input should be greater than or equal to 1"),
         ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { malleability = "fork" }', "mpi.malleability: Input should be 'spawn' or 'restart'"),
         ('name = "x"\ncommand = ["true"]\nnodes = 1\nlauncher = "mpi"\nmpi = { np = 4 }', "mpi.np: unknown field"),
+        ('name = "x"\ncommand = ["true"]\nnodes = 1\nsubmit_offset = inf', "submit_offset: Input should be a finite number"),
     ],
 )
 def test_invalid_field_is_rejected_with_one_line_naming_it(
@@ -193,7 +194,11 @@ def test_request_before_hello_is_refused(daemon: RunningDaemon) -> None:
 def test_garbage_and_over_long_lines_get_typed_errors_and_daemon_keeps_jobs(daemon: RunningDaemon, kept_job: int) -> None:
     with daemon.client() as c:
         io = c._io
-        for junk in (b"not json", b"[1,2,3]", b'{"op":"explode"}', b'{"op":"cancel","job_ids":"x"}', b"\xff\xfe\x00garbage"):
+        # A JSON true, 1.0 or "1" is not job 1 (lax validation cancelled the kept job for
+        # `[true]`), and no number is infinite.
+        for junk in (b"not json", b"[1,2,3]", b'{"op":"explode"}', b'{"op":"cancel","job_ids":"x"}', b"\xff\xfe\x00garbage",
+                     b'{"op":"cancel","job_ids":[true]}', b'{"op":"cancel","job_ids":[1.0]}',
+                     b'{"op":"cancel","job_ids":["1"]}', b'{"op":"wait","timeout":Infinity}'):
             io.send_line(junk)
             reply = json.loads(io.read_line())
             assert reply["ok"] is False and reply["error"]["code"] == "bad_request", (junk, reply)

@@ -14,7 +14,9 @@ from elastic_protocol.jobspec import JobSpec
 
 
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: a JSON `true` is not job 1 and "3" is not 3 (in lax mode `cancel [true]`
+    # cancelled job 1); no infinite or NaN numbers.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Hello(_Req):

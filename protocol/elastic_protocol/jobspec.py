@@ -49,7 +49,7 @@ class JobKind(str, Enum):
 
 
 class NodeRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: Annotated[int, Field(ge=1, le=MAX_NODES)]
     max: Annotated[int, Field(ge=1, le=MAX_NODES)]
@@ -90,7 +90,7 @@ class PerfModel(BaseModel):
     """What policies that predict run times know of a job (and what the synthetic app and
     the simulator follow): speedup, work and reconfiguration cost."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # "linear", "amdahl:F" (serial fraction F in [0, 1]) or "rho:R" (R in [0, 1)).
     speedup: str = "linear"
@@ -122,7 +122,7 @@ class PerfModel(BaseModel):
 class EvolutionStep(BaseModel):
     """One step of an evolving job's declared evolution: this many nodes for this long."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # Slurm time formats, as time_limit ("10" is ten minutes, "0:30" thirty seconds).
     duration: str | int
@@ -148,7 +148,7 @@ MAX_EVOLUTION_STEPS = 256
 class MpiSettings(BaseModel):
     """How elasticd runs an MPI job (`launcher = "mpi"`): one mpirun over the job's hosts."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     ranks_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     # How a malleable MPI job changes size: "spawn" (MPI_Comm_spawn from inside, the
@@ -160,7 +160,7 @@ class MpiSettings(BaseModel):
 
 
 class JobSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: Annotated[str, Field(min_length=1, max_length=128)]
     command: Annotated[list[Annotated[OsStr, Field(min_length=1)]], Field(min_length=1)]
