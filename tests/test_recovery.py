@@ -168,6 +168,7 @@ def test_running_jobs_whose_processes_died_with_the_daemon_are_marked_node_fail(
     d.wait([jid, done], timeout=30)
     assert d.job(jid)["state"] == "NODE_FAIL" and "not found again" in d.job(jid)["reason"]
     assert d.job(done)["state"] == "COMPLETED" and d.job(done)["exit"] == "0:0"
+    assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
 
 
 def test_a_job_whose_wrapper_died_with_the_daemon_is_not_said_gone_and_its_live_process_is_ended(
@@ -194,7 +195,31 @@ def test_a_job_whose_wrapper_died_with_the_daemon_is_not_said_gone_and_its_live_
     assert info["state"] == "NODE_FAIL" and "not found again" in info["reason"] and "gone" not in info["reason"], info
     _, left = psutil.wait_procs(orphans, timeout=30)
     assert not left, f"the job's process outlived its lost job: {left}"
-    assert "nodes: 4 (4 idle)" in d.cli("elasticd", "status").stdout
+
+
+def test_a_restart_that_finds_the_application_port_taken_names_the_jobs_that_cannot_reconnect(
+        daemons: Daemons, workdir: Path) -> None:
+    """The library of a running job knows only the address it was started with. Another
+    process on that port at the restart cut the job off silently: it ran as rigid, and only
+    daemon.log said so. `elasticd status` (as `elasticd start`) and the job's note say it."""
+    d = daemons.start()
+    jid = d.submit(recorder_job(workdir))
+    d.wait_event(jid, "registered")
+    host, port = d.record.app_host, d.record.app_port
+    sigkill(d)
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind((host, port))
+    squatter.listen()
+    try:
+        d = daemons.start()
+        assert d.record.app_port != port
+        assert wait_until(lambda: d.jobs(jid)[jid]["note"] == "AppPortTaken", 30), d.jobs(jid)
+        status = d.cli("elasticd", "status").stdout
+        assert f"APPLICATIONS: the application port {port} of the previous daemon was held" in status, status
+        assert f"job(s) {jid} cannot reconnect" in status, status
+    finally:
+        squatter.close()
 
 
 def test_daemon_restart_mid_shrink_settles_the_order_with_the_reconnected_application(

@@ -241,6 +241,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"  metrics at {info.metrics}")
     if info.storage is not None:
         print(f"  STATE DIRECTORY: {info.storage}")
+    if info.applications is not None:
+        print(f"  APPLICATIONS: {info.applications}")
     print(f"  state and log in {state_dir}")
     return 0
 
@@ -371,6 +373,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"    last error: {a['error']}")
     if info.storage is not None:
         print(f"  STATE DIRECTORY: {info.storage}")
+    if info.applications is not None:
+        print(f"  APPLICATIONS: {info.applications}")
     if info.journal is None:
         print("  journal: none (jobs do not survive a crash of the daemon)")
     else:

@@ -214,8 +214,10 @@ class ControlServer(LineServer):
         # The first that waits for nodes: one the cluster is too small for waits for no turn.
         head = next((j for j in pending if j not in d.core.cannot_start), None)
         blocked = bool(pending) and d.storage_problem() is not None
+        cut_off = set(d.cut_off())
         return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining))
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining,
+                                                             j.job_id in cut_off))
                                    for j in jobs])
 
     def _status(self) -> StatusInfo:
@@ -236,6 +238,7 @@ class ControlServer(LineServer):
             journal=None if d.journal is None else str(d.journal.path),
             recovered_jobs=d.recovered_jobs,
             storage=d.storage_problem(),
+            applications=d.app_channel_problem(),
             allocation=None if d.allocation is None else d.allocation.status(),
             metrics=d.metrics_url,
         )

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
 from elastic_protocol.errors import MalformedMessage
-from elastic_protocol.jobspec import JobSpec
+from elastic_protocol.jobspec import JobKind, JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__, defaults
 from elasticd.core import events as ev
@@ -43,7 +43,7 @@ from elasticd.daemon.allocation_resize import AllocationResizer, run_every
 from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.control_server import ControlServer
-from elasticd.daemon.journal import Journal
+from elasticd.daemon.journal import LOG_SEQ, Journal
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
@@ -241,6 +241,9 @@ class Daemon:
         self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
         self._restored_at = self.now()
         self.recovered_jobs = 0
+        # (the previous daemon's application port, the one listened on instead): set when
+        # another process held it at this start (app_channel_problem).
+        self.app_port_taken: tuple[int, int] | None = None
         # The last failed write to the state directory, until one succeeds (elasticd status).
         self.write_error: str | None = None
         self.space_warning: str | None = None
@@ -300,13 +303,16 @@ class Daemon:
             log.info("metrics on %s", self.metrics_url)
             self._refresh_metrics()
         csrv = await _listen(control, cfg.listen_host, cfg.control_port or ports.get("control_port", 0), "control")
-        asrv = await _listen(app, cfg.app_host, cfg.app_port or ports.get("app_port", 0), "application")
+        wanted_app_port = cfg.app_port or ports.get("app_port", 0)
+        asrv = await _listen(app, cfg.app_host, wanted_app_port, "application")
         start_launcher = getattr(self.launcher, "start", None)
         if start_launcher is not None:
             # Cluster mode: reach every node before taking jobs; unreachable ones start down.
             await start_launcher(list(self.core.nodes.names))
         chost, cport = csrv.sockets[0].getsockname()[:2]
         ahost, aport = asrv.sockets[0].getsockname()[:2]
+        if wanted_app_port and aport != wanted_app_port:
+            self.app_port_taken = (wanted_app_port, aport)
         self.control_address = f"{chost}:{cport}"
         self.app_address = f"{ahost}:{aport}"
         if self.journal is not None:
@@ -492,6 +498,11 @@ class Daemon:
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
+            if self.event_log is not None:
+                # The last record this commit covers: written to the log only after it, so
+                # the log never goes past it, and a journal behind its log was set back
+                # (statecheck.check refuses it).
+                j.save_meta({LOG_SEQ: str(self.event_log.seq)})
             if self.write_error is not None:
                 # After a failed write, one that reaches the disk is the only proof it takes
                 # writes again (there may be nothing else to save).
@@ -553,6 +564,8 @@ class Daemon:
         if self.journal is None:
             return {}
         saved = self.journal.load()
+        if self.event_log is not None:
+            self.event_log.resume(int(saved.meta.get(LOG_SEQ, "0")))
         from elastic_protocol.jobspec import JobSpec
 
         now = self._restored_at = self.now()
@@ -1036,6 +1049,28 @@ class Daemon:
             # A policy bug must not take the daemon and its jobs down with it; a pass is a
             # transaction, so nothing of it was applied, and the next event asks again.
             log.exception("scheduling failed; the queue is kept and asked again at the next event")
+
+    def cut_off(self) -> list[int]:
+        """The running resizable jobs whose applications cannot reconnect: started before this
+        start, which found their application port taken, and not registered since. Their
+        library knows only the address it was started with; they run as rigid to their end."""
+        if self.app_port_taken is None:
+            return []
+        return [j.job_id for j in map(self.core.job, self.core.active_ids)
+                if j.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not j.malleable_ready and not j.deregistered
+                and j.start_time is not None and j.start_time < self.started_at]
+
+    def app_channel_problem(self) -> str | None:
+        """Why applications of jobs taken back cannot reconnect, in words (`elasticd start`,
+        `elasticd status`; the jobs' AppPortTaken); None when they can."""
+        jobs = self.cut_off()
+        if not jobs or self.app_port_taken is None:
+            return None
+        old, new = self.app_port_taken
+        return (f"the application port {old} of the previous daemon was held by another process at this start, "
+                f"so this one listens on {new}: the applications of job(s) {', '.join(map(str, jobs))} cannot "
+                f"reconnect, and those jobs run as rigid to their end (port {old} free at `elasticd start` keeps "
+                "them malleable across a restart)")
 
     def storage_problem(self) -> str | None:
         """What the state directory keeps from happening, in words (`elasticd status`, and

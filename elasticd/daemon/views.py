@@ -15,12 +15,14 @@ from elasticd.launch.base import expand_pattern
 UNREGISTERED_AFTER = 60.0
 
 
-def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False, joining: bool = False) -> str | None:
+def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False, joining: bool = False,
+             cut_off: bool = False) -> str | None:
     """The job's state in a word, as squeue's REASON column gives it. `disk_full`: no job
     may start (the state directory is short of space or cannot be written), whatever else
     a pending job waits for: idle nodes would otherwise read as a scheduler that hangs.
     `joining`: a grow's processes are still being started, after the application took the
-    grow (Joining): the grow may yet be undone (`grow_failed`)."""
+    grow (Joining): the grow may yet be undone (`grow_failed`). `cut_off`: its application
+    cannot reconnect, its port taken at the daemon's restart (Daemon.cut_off)."""
     if job.state is JobState.PENDING:
         if job.reason is not None:  # the cluster is too small for it (Core.cannot_start)
             return "PartitionNodeLimit"
@@ -36,6 +38,8 @@ def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False,
     if job.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not job.malleable_ready and not job.deregistered:
         if job.connection_lost():  # a library that gave up reconnecting never registers again
             return "Disconnected"
+        if cut_off:
+            return "AppPortTaken"
         if job.start_time is not None and now - job.start_time >= UNREGISTERED_AFTER:
             return "NotRegistered"
     return "Held" if job.held else None

@@ -197,6 +197,10 @@ class StatusInfo(BaseModel):
     # Why the state directory keeps jobs from starting (less than --min-free-space free) or
     # changes from being saved (the last failed write), in words; None when all is well.
     storage: str | None = None
+    # Why the applications of jobs taken back at this start cannot reconnect (the previous
+    # daemon's application port was held by another process), naming the jobs; None when
+    # they can.
+    applications: str | None = None
     # The Slurm allocation, when it shrinks and grows (`--release-idle`, `--grow-allocation`):
     # its rules, companion allocations and node-seconds held, used and given back.
     allocation: dict[str, Any] | None = None
