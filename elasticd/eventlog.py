@@ -16,7 +16,26 @@ daemon recovered jobs from its journal); each following line is one event:
 When it is written: lines are buffered as events happen and written (one write) right after
 the journal commits them, so the log never holds an event whose state change was not
 committed. A log write that fails is retried at the next commit and reported; the history is
-then late, the state is not at risk.
+then late, the state is not at risk. A write the disk cut short part-way (ENOSPC) is finished,
+not repeated, at the next try: the line it began is completed, never written twice.
+
+`seq` numbers the records of a state directory on across daemon starts (a start goes on from
+the journal's `log_seq`, which each commit sets to the last record it covers): the journal
+and the log can then be compared (elasticd.daemon.statecheck: a journal set back to an older
+state is refused, not started). Logs written before this numbered each segment from 1; a
+start goes on above the last number in the file, so numbers only grow from there on.
+
+A line cut short: a daemon killed (or a machine losing power) during a write leaves the
+file ending in part of a line. The next start ends that line first (a lone "\n"; the file
+is only ever appended to, and the bytes are kept for whoever looks), so its own segment
+starts on a line of its own, and readers drop the cut line as what it is: history that was
+committed to the journal but never fully written here. Only a line that can be nothing else
+is dropped: the file's last line when the file does not end it, or one that begins as a
+record or a header does, is not JSON, and is followed by a segment's header (the one the
+next start wrote; a cut line anywhere else is not what a crash leaves). A start
+of an earlier version wrote its header on the same line, straight after the cut part: such a
+line, a cut-short beginning followed by a whole header, is read as the two. Any other
+unreadable line is damage, and an error naming it.
 """
 
 from __future__ import annotations
@@ -56,7 +75,20 @@ class EventLogWriter:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / LOG_FILE
         self._buffer: list[str] = []
+        self._rest = b""  # the part of a write the disk refused (its start is in the file)
+        self._tail_checked = False  # whether the file's last line was seen to be whole
         self._seq = 0
+
+    def resume(self, journal_seq: int) -> None:
+        """Number records on from the journal's `log_seq`, or from the file's last number
+        when that is higher (a log written before records were numbered on, or a start
+        after a salvage): the numbers never go down in a file."""
+        self._seq = max(journal_seq, last_seq(self.path))
+
+    @property
+    def seq(self) -> int:
+        """The number of the last record buffered: what a commit covers."""
+        return self._seq
 
     def start(self, header: dict[str, Any]) -> None:
         """Open a new segment (written with the next flush)."""
@@ -75,34 +107,70 @@ class EventLogWriter:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        """Records not yet written whole."""
+        return len(self._buffer) + self._rest.count(b"\n")
 
     def flush(self) -> None:
-        """Write what is buffered; on failure raise and keep it for the next try."""
-        if not self._buffer:
+        """Write what is buffered; on failure raise and keep what was not written for the
+        next try (the rest of a line the disk cut short included: finished, not repeated)."""
+        if not self._buffer and not self._rest:
             return
-        data = "".join(self._buffer).encode()
+        data = self._rest + "".join(self._buffer).encode()
+        self._rest = b""
+        self._buffer.clear()
+        view = memoryview(data)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                view = memoryview(data)
+                if not self._tail_checked:
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        # A line cut short by the last daemon's end: ended here, so that this
+                        # start's records begin a line (see the module's docstring).
+                        data = b"\n" + data
+                        view = memoryview(data)
+                    self._tail_checked = True
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
             finally:
                 os.close(fd)
         except OSError as exc:
+            self._rest = bytes(view)
             raise EventLogError(f"{self.path}: cannot append to the event log: {exc.strerror or exc}") from None
-        self._buffer.clear()
 
 
 def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":")) + "\n"
 
 
+_HEADER_START = '{"type":"start","format":'
+_RECORD_START = '{"seq":'
+
+
+def _cut_short(raw: str) -> bool:
+    """Whether a line that is not JSON begins as the writer's lines do: a record or a
+    header cut short, not a line of something else."""
+    return any(raw.startswith(p) or p.startswith(raw) for p in (_HEADER_START, _RECORD_START))
+
+
+def _glued_header(raw: str) -> int:
+    """Where a whole header starts in a line that began as a cut-short line (a start before
+    the writer ended such lines wrote its header straight after); -1 if it does not."""
+    at = raw.find(_HEADER_START, 1)
+    if at < 0 or not _cut_short(raw[:at]):
+        return -1
+    try:
+        header = json.loads(raw[at:])
+    except json.JSONDecodeError:
+        return -1
+    return at if isinstance(header, dict) and header.get("type") == "start" else -1
+
+
 def read_log(path: Path) -> list[Segment]:
-    """Every segment of a log. A last line cut short (the daemon was killed mid-write) is
-    dropped; any other unreadable line is an error naming it."""
+    """Every segment of a log. A line cut short (the daemon was killed mid-write) is
+    dropped: the last line, or one followed by the next start's header (see the module's
+    docstring); any other unreadable line is an error naming it."""
     if path.is_dir():
         path = path / LOG_FILE
     try:
@@ -111,13 +179,19 @@ def read_log(path: Path) -> list[Segment]:
         raise EventLogError(f"{path}: cannot read the event log: {exc.strerror or exc}") from None
     segments: list[Segment] = []
     lines = text.split("\n")
-    for lineno, raw in _numbered(lines):
+    numbered = list(_numbered(lines))
+    for k, (lineno, raw) in enumerate(numbered):
         try:
             record = json.loads(raw)
         except json.JSONDecodeError as exc:
             if lineno == len(lines) and not text.endswith("\n"):
                 break  # cut short by a kill: it was never acknowledged history
-            raise EventLogError(f"{path}:{lineno}: not a JSON record: {exc.msg}") from None
+            if _cut_short(raw) and k + 1 < len(numbered) and numbered[k + 1][1].startswith(_HEADER_START):
+                continue  # cut short by a kill, ended by the next start (its header follows)
+            at = _glued_header(raw)
+            if at < 0:
+                raise EventLogError(f"{path}:{lineno}: not a JSON record: {exc.msg}") from None
+            record = json.loads(raw[at:])  # a start's header written after a cut-short line
         if not isinstance(record, dict):
             raise EventLogError(f"{path}:{lineno}: not a JSON object")
         if record.get("type") == "start":
@@ -137,3 +211,42 @@ def _numbered(lines: list[str]) -> Iterator[tuple[int, str]]:
     for i, raw in enumerate(lines, 1):
         if raw.strip():
             yield i, raw
+
+
+def _lines_backward(path: Path, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The file's lines, last first, read from the end only as far as the caller goes."""
+    try:
+        f = path.open("rb")
+    except OSError:
+        return
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        rest = b""
+        while pos > 0:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            parts = (f.read(step) + rest).split(b"\n")
+            rest = parts[0]
+            for raw in reversed(parts[1:]):
+                if raw.strip():
+                    yield raw
+        if rest.strip():
+            yield rest
+
+
+def records_from_end(path: Path) -> Iterator[dict[str, Any]]:
+    """The log's numbered records, last first (headers and lines that are not records
+    skipped: a cut-short line is no record, and damage is not what this reads for)."""
+    for raw in _lines_backward(path):
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("seq"), int) and record.get("type") != "start":
+            yield record
+
+
+def last_seq(path: Path) -> int:
+    """The number of the log's last record; 0 when it has none."""
+    return next((int(r["seq"]) for r in records_from_end(path)), 0)

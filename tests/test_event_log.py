@@ -246,6 +246,121 @@ def test_a_log_line_cut_short_by_a_kill_is_dropped_and_other_damage_is_named(tmp
     assert rc == 1 and f"{log}:2: not a JSON record" in err
 
 
+def quiet_sleeper(folder: Path, name: str, seconds: float) -> Path:
+    """A one-node `sleep` whose output goes nowhere (not into the directory pytest runs in)."""
+    return write_job(folder, name, f'''
+        name = "{name}"
+        command = ["sleep", "{seconds}"]
+        nodes = 1
+        time_limit = "10"
+        working_dir = "{folder}"
+        output = "/dev/null"
+    ''')
+
+
+def test_a_log_line_cut_short_by_a_kill_stays_readable_history_after_the_next_start(state: Path, tmp_path: Path) -> None:
+    """The next start ends the cut-short line before its own header; eacct, sim --from-log and a
+    salvage then read the whole history (they refused it from the next start on when the
+    header was written on the cut line)."""
+    d = start_daemon(state, nodes=2)
+    try:
+        done = d.submit(quiet_sleeper(tmp_path, "done", 0))
+        running = d.submit(quiet_sleeper(tmp_path, "running", 300))
+        d.wait([done])
+        d.wait_event(running, "launched")
+    finally:
+        os.kill(d.record.pid, signal.SIGKILL)
+        wait_gone(d.record.pid, 30)
+    log = state / LOG_FILE
+    with log.open("r+b") as f:  # the last record cut short, as a kill mid-write leaves it
+        f.truncate(log.stat().st_size - 40)
+    d = start_daemon(state, nodes=2)
+    try:
+        after = d.submit(quiet_sleeper(tmp_path, "after", 0))
+        d.wait([after])
+    finally:
+        stop_daemon(d.record)
+    lines = log.read_text().split("\n")
+    cut = next(i for i, line in enumerate(lines) if line.startswith('{"seq":') and not line.endswith("}"))
+    assert lines[cut + 1].startswith('{"type":"start"')  # on a line of its own, the next start's header after it
+    assert len(read_log(log)) == 2
+    rc, out, err = run_tool("eacct", str(state), "--json")
+    assert rc == 0, err
+    assert [(j["job_id"], j["state"]) for j in json.loads(out)["jobs"]] == \
+        [(done, "COMPLETED"), (running, "CANCELLED"), (after, "COMPLETED")]
+    rc, out, err = run_tool("elasticd", "sim", "--from-log", str(state))
+    assert rc == 0, err
+    (state / "journal.db").unlink()  # a salvage rebuilds from the log: ids go on above every one given
+    for f in state.glob("journal.db-*"):
+        f.unlink()
+    env = {**os.environ, "ELASTIC_STATE_DIR": str(state)}
+    import subprocess
+
+    r = subprocess.run([str(BIN / "elasticd"), "start", "--local", "2", "--salvage"], check=False,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    d = RunningDaemon(state, _record(state), 2)
+    try:
+        assert d.submit(quiet_sleeper(tmp_path, "new", 0)) == after + 1
+    finally:
+        stop_daemon(d.record)
+
+
+def _record(state: Path):  # type: ignore[no-untyped-def]
+    from elasticd.statedir import read_record
+
+    rec = read_record(state)
+    assert rec is not None
+    return rec
+
+
+def test_only_a_cut_short_line_the_next_start_ended_is_dropped_from_the_middle_of_a_log(tmp_path: Path) -> None:
+    """A line in the middle is dropped only when it begins as a record and the next start's
+    header follows it (what the writer leaves); a log written before the writer ended such
+    lines holds the header on the cut line, and is read as the two; anything else is damage."""
+    log = tmp_path / LOG_FILE
+    start = json.dumps({"type": "start", "format": 1, "time": 0.0, "recovered": False, "nodes": ["n1"],
+                        "policy": "easy", "params": {}, "order_deadline": 30.0, "refuse_backoff": 10.0,
+                        "next_job_id": 1, "next_order": 1}, separators=(",", ":"))
+    record = json.dumps({"seq": 1, "event": {"type": "PassDue", "cause": "policy", "time": 1.0}, "actions": []},
+                        separators=(",", ":"))
+    cut = record[:25]
+    for text in (f"{start}\n{cut}\n{start}\n{record}\n", f"{start}\n{cut}{start}\n{record}\n"):
+        log.write_text(text)
+        assert [len(s.records) for s in read_log(log)] == [0, 1], text
+    for text in (f"{start}\n{cut}\n{record}\n", f"{start}\ngarbage{start}\n", f"{start}\n{cut}\n{cut}{record}\n"):
+        log.write_text(text)
+        rc, _, err = run_tool("elasticd", "replay", str(log))
+        assert rc == 1 and f"{log}:2: not a JSON record" in err, (text, err)
+
+
+def test_a_log_write_the_file_system_cut_short_is_finished_at_the_next_try_not_repeated(tmp_path: Path) -> None:
+    """A full disk (here a file-size limit, EFBIG) may take part of a write: the next flush
+    writes the rest, so the line begun is completed and no record is written twice."""
+    import resource
+
+    from elasticd.core.events import PassDue
+    from elasticd.eventlog import EventLogError, EventLogWriter
+
+    writer = EventLogWriter(tmp_path)
+    writer.start({"time": 0.0, "recovered": False, "nodes": ["n1"], "policy": "easy", "params": {},
+                  "order_deadline": 30.0, "refuse_backoff": 10.0, "next_job_id": 1, "next_order": 1})
+    writer.flush()
+    size = (tmp_path / LOG_FILE).stat().st_size
+    for t in range(20):
+        writer.add(PassDue(time=float(t)), [])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, hard))  # Python ignores SIGXFSZ: the write fails
+    try:
+        with pytest.raises(EventLogError):
+            writer.flush()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert (tmp_path / LOG_FILE).stat().st_size == size + 100  # a line begun and cut
+    writer.flush()
+    assert [r["seq"] for s in read_log(tmp_path / LOG_FILE) for r in s.records] == list(range(1, 21))
+
+
 def resized_job(state_dir: Path, folder: Path, nodes: int, policy: str, to: int) -> tuple[RunningDaemon, int]:
     """A daemon started on STATE_DIR, running one malleable job that `elasticd resize` shrank to
     TO nodes (an order of this daemon start)."""

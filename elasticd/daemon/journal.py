@@ -7,7 +7,7 @@ writer was killed mid-write.
 What is written: one row per job (its spec once, at submission; its changing state as a
 JSON document, rewritten whenever the core reports the job changed), the job secrets and
 rendezvous values applications depend on to reconnect, and a few daemon-wide values (the
-next order id, the channel ports). Rows are state, not a log of events to replay: replaying
+next order id, the channel ports, the number of the last event-log record a commit covers). Rows are state, not a log of events to replay: replaying
 would re-run policies, whose decisions depend on the clock. Recovery reads the rows back
 into the core (see Daemon.recover).
 
@@ -42,6 +42,9 @@ from elasticd.errors import JournalError, StateWriteError
 
 JOURNAL_FILE = "journal.db"
 SCHEMA_VERSION = "1"
+# The meta key of the event log's last record a commit covers (elasticd.eventlog): how far
+# the journal is, to compare with the log at a start.
+LOG_SEQ = "log_seq"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -43,7 +43,7 @@ from elasticd.daemon.allocation_resize import AllocationResizer, run_every
 from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.control_server import ControlServer
-from elasticd.daemon.journal import Journal
+from elasticd.daemon.journal import LOG_SEQ, Journal
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
@@ -498,6 +498,11 @@ class Daemon:
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
+            if self.event_log is not None:
+                # The last record this commit covers: written to the log only after it, so
+                # the log never goes past it, and a journal behind its log was set back
+                # (statecheck.check refuses it).
+                j.save_meta({LOG_SEQ: str(self.event_log.seq)})
             if self.write_error is not None:
                 # After a failed write, one that reaches the disk is the only proof it takes
                 # writes again (there may be nothing else to save).
@@ -559,6 +564,8 @@ class Daemon:
         if self.journal is None:
             return {}
         saved = self.journal.load()
+        if self.event_log is not None:
+            self.event_log.resume(int(saved.meta.get(LOG_SEQ, "0")))
         from elastic_protocol.jobspec import JobSpec
 
         now = self._restored_at = self.now()

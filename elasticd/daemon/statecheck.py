@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from elasticd.core.record import job_state
-from elasticd.daemon.journal import JOURNAL_FILE
+from elasticd.daemon.journal import JOURNAL_FILE, LOG_SEQ
 from elasticd.errors import JournalError
-from elasticd.eventlog import LOG_FILE
+from elasticd.eventlog import LOG_FILE, last_seq, records_from_end
 
 
 class DamagedState(JournalError):
@@ -188,6 +188,126 @@ def _had_jobs(state_dir: Path) -> str | None:
     return None
 
 
+@dataclass
+class LogAhead:
+    """What the event log records that the journal does not reflect."""
+
+    events: int = 0
+    seqs: tuple[int, int] = (0, 0)  # the first and last such record's number (0: not numbered on)
+    journal_seq: int | None = None  # the journal's log_seq (None: written before it was kept)
+    next_job_id: int = 1  # the journal's
+    submitted: set[int] = field(default_factory=set)  # ids the journal would give out again
+    touched: dict[int, set[str]] = field(default_factory=dict)  # other jobs: their event types
+
+    @property
+    def jobs(self) -> set[int]:
+        """Every job the log knows better than the journal."""
+        return self.submitted | set(self.touched)
+
+    def words(self) -> str:
+        if self.journal_seq is None:
+            head = f"job(s) {_ids(self.submitted)} submitted"
+        else:
+            head = (f"{self.events} event(s) its journal does not reflect (numbers {self.seqs[0]}-{self.seqs[1]}; "
+                    f"the journal's last is {self.journal_seq})")
+            parts = ([f"job(s) {_ids(self.submitted)} submitted"] if self.submitted else []) + \
+                [f"job {jid}: {', '.join(sorted(kinds))}" for jid, kinds in sorted(self.touched.items())]
+            head += (": " + "; ".join(parts[:10]) + (" ..." if len(parts) > 10 else "")) if parts else ""
+        given = f", while the journal would give out ids from {self.next_job_id} again" if self.submitted else ""
+        return f"its event log {LOG_FILE} records {head}{given}"
+
+
+def _ids(ids: set[int]) -> str:
+    """1-3, 7: ids in runs."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def log_ahead(state_dir: Path, meta: dict[str, str], max_row: int) -> LogAhead | None:
+    """What the event log holds beyond the journal, or None when the journal is as new.
+
+    Why this is a sound test of a journal set back to an older state (its WAL cut short or
+    overwritten, an older copy put in place), and why it cannot refuse a crash's restart:
+    the daemon numbers log records on across starts and writes a batch of them only after
+    the journal commit that covers them has succeeded, and each commit stores the number of
+    the last record it covers (`log_seq`, elasticd.daemon.service.Daemon._commit). So the
+    log may lag the journal: killed between the commit and the log's write, or with the
+    log's write failing on a full disk (retried at the next commit, the part a full disk
+    cut short finished then), the journal covers records the log never got; those are
+    history lost, not state. The log can never lead it: no record is written before a
+    commit with a number at least as high succeeded, and a commit that failed wrote neither
+    (its records are kept, unwritten, for the next commit to cover). A log record numbered
+    above the journal's `log_seq` is therefore an event the journal once covered and no
+    longer does: whatever state it changed (a submission, a start, an end) the journal
+    has lost, and starting on it would give out ids again, start again what was started and
+    forget what ended. The one other way: a machine that lost power (the journal is synced
+    at checkpoints only, see elasticd.daemon.journal) may keep the log's page and lose the
+    journal's: the journal is older than what was acknowledged then too.
+
+    A journal written before `log_seq` was kept (or rebuilt without it) is held to the
+    part of this it can be: no job id the log saw submitted, nor below a start's next id,
+    may be one the journal would give out again. That reads the whole log, once: the
+    first start's first commit stores `log_seq`."""
+    log = state_dir / LOG_FILE
+    next_job_id = int(meta.get("next_job_id", str(max_row + 1)))
+    out = LogAhead(next_job_id=next_job_id)
+    if LOG_SEQ in meta:
+        out.journal_seq = int(meta[LOG_SEQ])
+        for rec in records_from_end(log):
+            if rec["seq"] <= out.journal_seq:
+                break
+            out.events += 1
+            out.seqs = (rec["seq"], out.seqs[1] or rec["seq"])
+            raw_event = rec.get("event")
+            event: dict[str, Any] = raw_event if isinstance(raw_event, dict) else {}
+            kind = str(event.get("type"))
+            jids = {event.get("job_id")} | {a.get("job_id") for a in rec.get("actions") or [] if isinstance(a, dict)}
+            for jid in jids:
+                if not isinstance(jid, int):
+                    continue
+                if kind == "Submitted" and jid == event.get("job_id"):
+                    out.submitted.add(jid)
+                else:
+                    out.touched.setdefault(jid, set()).add(kind)
+        for jid in out.submitted:
+            out.touched.pop(jid, None)
+        return out if out.events else None
+    given = _ids_given(log)
+    out.submitted = {jid for jid in given if jid >= next_job_id}
+    return out if out.submitted else None
+
+
+def _ids_given(log: Path) -> set[int]:
+    """Every job id the log records as given out: its submissions, and the ids below each
+    start's next one."""
+    ids: set[int] = set()
+    try:
+        f = log.open("rb")
+    except OSError:
+        return ids
+    with f:
+        for raw in f:
+            if b'"Submitted"' not in raw and not raw.startswith(b'{"type":"start"'):
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("type") == "start" and isinstance(rec.get("next_job_id"), int):
+                ids.update(range(1, rec["next_job_id"]))
+            event = rec.get("event")
+            if isinstance(event, dict) and event.get("type") == "Submitted" and isinstance(event.get("job_id"), int):
+                ids.add(event["job_id"])
+    return ids
+
+
 def check(state_dir: Path) -> None:
     """Raise DamagedState when the journal cannot be trusted but jobs were here; StateDirFull
     first when the disk is full: reading a WAL journal needs room for its index, and what
@@ -209,6 +329,7 @@ def check(state_dir: Path) -> None:
             ok = db.execute("PRAGMA quick_check").fetchone()
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             meta = dict(db.execute("SELECT key, value FROM meta")) if "meta" in tables else {}
+            max_row = int(db.execute("SELECT max(job_id) FROM jobs").fetchone()[0] or 0) if "jobs" in tables else 0
         finally:
             db.close()
     except sqlite3.Error as exc:
@@ -221,6 +342,10 @@ def check(state_dir: Path) -> None:
     if "jobs" not in tables or "next_job_id" not in meta and not _rows(journal):
         raise DamagedState(f"{state_dir}: {evidence}, but its journal {JOURNAL_FILE} holds no job and no job "
                            f"count (it was replaced or reset).{how}")
+    ahead = log_ahead(state_dir, meta, max_row)
+    if ahead is not None:
+        raise DamagedState(f"{state_dir}: {ahead.words()}: its journal {JOURNAL_FILE} was set back to an older state "
+                           f"(its WAL cut short or damaged, or an older copy put in place).{how}")
 
 
 def _rows(journal: Path) -> int:
@@ -272,12 +397,16 @@ def salvage(state_dir: Path) -> Salvage:
     meta: dict[str, str] = {}
     if journal.exists() and journal.stat().st_size > 0:
         rows, secrets, values, meta = _read_what_can_be_read(journal, out)
-    out.from_journal = sorted(rows)
+    # Jobs the log knows better: the journal was set back behind events of theirs (an end, a
+    # start) that the log holds; its rows of them are older than what was acknowledged.
+    ahead = log_ahead(state_dir, meta, max(rows, default=0)) if meta or rows else None
+    newer = ahead.jobs if ahead is not None else set()
     log_jobs, log_max = _from_log(state_dir, out)
     for jid, (spec, data) in log_jobs.items():
-        if jid not in rows:
+        if jid not in rows or jid in newer:
             rows[jid] = (spec, data)
             out.from_log.append(jid)
+    out.from_journal = sorted(set(rows) - set(out.from_log))
     folders = {int(p.name) for p in (state_dir / "jobs").iterdir() if p.name.isdigit()} \
         if (state_dir / "jobs").is_dir() else set()
     known = set(rows) | folders | set(range(1, log_max + 1)) if log_max else set(rows) | folders
@@ -288,7 +417,9 @@ def salvage(state_dir: Path) -> Salvage:
         f.unlink(missing_ok=True)  # a salvage interrupted before
     try:
         _write(rebuilt, rows, {j: s for j, s in secrets.items() if j in rows},
-               [v for v in values if v[0] in rows], {**meta, "next_job_id": str(out.next_job_id)})
+               [v for v in values if v[0] in rows],
+               {**meta, "next_job_id": str(out.next_job_id),
+                LOG_SEQ: str(max(int(meta.get(LOG_SEQ, "0")), last_seq(state_dir / LOG_FILE)))})
     except (sqlite3.Error, OSError) as exc:
         for f in (rebuilt, Path(f"{rebuilt}-wal"), Path(f"{rebuilt}-shm")):
             f.unlink(missing_ok=True)

@@ -165,6 +165,77 @@ def test_a_damaged_or_missing_journal_is_refused_and_salvaged_without_losing_ids
     assert status.returncode == 0
 
 
+def journal_files(state: Path) -> dict[str, bytes]:
+    """The journal as it is on disk (its WAL and index too), to put back later."""
+    return {f.name: f.read_bytes() for f in state.glob("journal.db*")}
+
+
+def test_a_journal_set_back_behind_its_event_log_is_refused_and_salvaged_without_starting_anything_twice(
+        tmp_path: Path, daemons: list) -> None:
+    """An older journal (what a WAL cut short or overwritten gives: a valid database of an
+    earlier commit) must not be started on: it would give out ids again, start again what
+    was running and forget what ended. The event log, written after each commit, says what
+    the journal lost."""
+    state = tmp_path / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=1)
+    first = d.submit(sleeper(work, "first", 300))
+    d.wait_event(first, "launched")
+    kill9(d)
+    older = journal_files(state)  # job 1 running, ids given out from 2
+    d = start(daemons, state, nodes=1)  # a kill -9's restart passes the check
+    assert cli(state, "ecancel", str(first)).returncode == 0
+    d.wait([first])
+    later = [d.submit(sleeper(work, f"later{i}", 300)) for i in range(3)]
+    d.wait_event(later[0], "launched")
+    running = read_pid(state / "jobs" / str(later[0]) / "proc-node1.pid")
+    kill9(d)
+    for f in state.glob("journal.db*"):
+        f.unlink()
+    for name, data in older.items():
+        (state / name).write_bytes(data)
+    r = cli(state, "elasticd", "start", "--local", "1")
+    if r.returncode == 0:
+        daemons.append(type(d)(state, json_record(state), 1))  # stopped, with its jobs, at the end
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "--salvage" in r.stderr and "set back" in r.stderr, r.stderr
+    assert f"job(s) {later[0]}-{later[-1]} submitted" in r.stderr and f"job {first}: " in r.stderr, r.stderr
+    assert alive(running)  # refused before anything was touched
+    r = cli(state, "elasticd", "start", "--local", "1", "--salvage")
+    assert r.returncode == 0, r.stderr
+    daemons.append(type(d)(state, json_record(state), 1))
+    jobs = queue(state)
+    assert {j: jobs[j]["state"] for j in [first, *later]} == \
+        {first: "CANCELLED", later[0]: "RUNNING", later[1]: "PENDING", later[2]: "PENDING"}
+    assert alive(running)  # taken back, not started again
+    assert [e["event"] for e in jobs[later[0]]["events"]].count("launched") == 1
+    assert int(cli(state, "esubmit", "--parsable", str(sleeper(work, "new", 0.1))).stdout) == later[-1] + 1
+
+
+def test_a_journal_ahead_of_its_event_log_starts_as_after_any_kill(tmp_path: Path, daemons: list) -> None:
+    """The log is written after the journal commits: a daemon killed in between leaves the
+    journal holding events the log lacks. That is history lost, not state: the start goes on,
+    and the log goes on readable."""
+    state = tmp_path / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    d = start(daemons, state, nodes=1)
+    acked = [d.submit(sleeper(work, f"j{i}", 300)) for i in range(3)]
+    d.wait_event(acked[0], "launched")
+    kill9(d)
+    log = state / "events.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    assert sum('"Submitted"' in line for line in lines[-4:]) >= 1
+    log.write_text("".join(lines[:-4]))  # the last writes never made it
+    d = start(daemons, state, nodes=1)
+    assert sorted(queue(state)) == acked
+    new = d.submit(sleeper(work, "new", 300))
+    assert new == acked[-1] + 1
+    r = cli(state, "eacct", "--json")
+    assert r.returncode == 0, r.stderr
+
+
 def json_record(state: Path):  # type: ignore[no-untyped-def]
     from elasticd.statedir import read_record
 
