@@ -11,8 +11,9 @@ its children away from it. Two ways to keep them anyway, the best the machine al
   this daemon's tag, the job and the host), found by a scan of /proc; and the daemon is a
   child subreaper (PR_SET_CHILD_SUBREAPER), so a double-forked orphan becomes the daemon's
   child, not init's, and stays findable even if it rewrote its environment — as long as
-  the daemon runs. What a process that both detaches and clears its environment does after
-  a daemon crash is not guaranteed here.
+  the daemon runs (and is collected once it ends: elasticd.launch.reap). What a process
+  that both detaches and clears its environment does after a daemon crash is not
+  guaranteed here.
 
 Both are used for ending, beside the process group: one SIGTERM to each process (those in
 the group get it as the group), `kill_wait`, SIGKILL.
@@ -30,6 +31,7 @@ from pathlib import Path
 log = logging.getLogger("elasticd.launch.contain")
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 
 def _cgroup2_mount() -> Path | None:
@@ -181,6 +183,17 @@ def _become_subreaper() -> None:
             log.warning("cannot become a child subreaper (errno %d)", ctypes.get_errno())
     except (OSError, AttributeError):
         log.warning("cannot become a child subreaper (no prctl)")
+
+
+def is_subreaper() -> bool:
+    """Whether this process adopts its descendants' orphans (sweep containment makes it
+    one, for good): only then has it children it did not start."""
+    flag = ctypes.c_int(0)
+    try:
+        ok = ctypes.CDLL(None, use_errno=True).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    return ok and flag.value != 0
 
 
 def _alive(pid: int) -> bool:

@@ -55,6 +55,7 @@ from elasticd.launch.base import (
     write_hostfile,
 )
 from elasticd.launch.contain import Containment
+from elasticd.launch.reap import reap_orphans, reap_orphans_every, spawn_session_leader
 
 log = logging.getLogger("elasticd.launch.local")
 
@@ -324,9 +325,11 @@ class LocalLauncher:
         self._starts = StartsInFlight()
         self._tasks: set[asyncio.Task[None]] = set()
         self.contain = Containment(tag or f"pid{os.getpid()}")
+        self._reaping = False
 
     async def launch(self, req: LaunchRequest) -> None:
         """Start the command on req.hosts: a new job, or new hosts of a running one."""
+        self._reap_from_now()
         # Recorded before the first await: a reclaim of these hosts from now on waits for
         # this launch, and ends what it started there (base.StartsInFlight).
         with self._starts.launching(req.job_id, req.hosts) as start:
@@ -406,7 +409,7 @@ class LocalLauncher:
             for path in filter(None, dict.fromkeys((later_out, later_err))):
                 log.info("job %d on %s: opening %s would wait (a FIFO no process reads yet): the job's "
                          "process opens it", req.job_id, host, path)
-            proc = await asyncio.create_subprocess_exec(
+            proc = await spawn_session_leader(
                 "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), cgroup, str(pid_file), str(status_file),
                 later_out, later_err,
                 *req.spec.command,
@@ -415,12 +418,18 @@ class LocalLauncher:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL if out_fd is None else out_fd,
                 stderr=asyncio.subprocess.DEVNULL if err_fd is None else err_fd,
-                start_new_session=True,
             )
         finally:
             _close_outputs((out_fd, err_fd))
-        # start_new_session makes the child a session and group leader: pgid == pid.
+        # A session leader is its group's leader: pgid == pid.
         return _HostProc(host, proc, proc.pid, status_file)
+
+    def _reap_from_now(self) -> None:
+        """Collect, from the first job on, the orphans its processes leave to the daemon
+        (elasticd.launch.reap): a sweep every second for as long as the launcher runs."""
+        if not self._reaping:
+            self._reaping = True
+            self._spawn(reap_orphans_every())
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -440,6 +449,7 @@ class LocalLauncher:
         one that does not is ended, so that nothing of the job runs on a host reported
         without it.
         """
+        self._reap_from_now()
         job = _LocalJob(job_id)
         killed: list[_HostProc] = []
         for host in hosts:
@@ -564,7 +574,8 @@ class LocalLauncher:
             await asyncio.sleep(0.02)
         else:
             log.error("job %d: processes %s still there after SIGKILL", job.job_id, sorted(self._pids(job, procs)))
-        _reap(self._pids(job, procs))
+        # Those of them the daemon adopted (detached, their parent gone) are its zombies now.
+        reap_orphans()
         self._forget(job, procs)
 
     def _term_once(self, job: _LocalJob, hp: _HostProc) -> None:
@@ -640,16 +651,6 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
-
-
-def _reap(pids: set[int]) -> None:
-    """Orphans the daemon inherited as subreaper and has ended: collect their exit status
-    (only those: the wrappers are waited for by the event loop)."""
-    for pid in pids:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except (ChildProcessError, OSError):
-            pass
 
 
 def _open_output(path: Path) -> int:

@@ -34,6 +34,7 @@ from elasticd.launch.base import (
     output_paths,
 )
 from elasticd.launch.local import _WRAPPER, LocalLauncher, _HostProc, _marker, _open_output, fresh_proc_files
+from elasticd.launch.reap import spawn_session_leader
 
 # srun itself needs the cluster's configuration and the allocation it runs steps in.
 SRUN_NEEDS = frozenset({"SLURM_CONF", "SLURM_JOB_ID", "SLURM_JOBID"})
@@ -93,10 +94,10 @@ class SrunLauncher(LocalLauncher):
         try:
             # srun runs under the local launcher's wrapper, which records its exit status
             # (the step's): a restarted daemon finds it again (`adopt`) and learns how it ended.
-            proc = await asyncio.create_subprocess_exec(
+            proc = await spawn_session_leader(
                 "/bin/sh", "-c", _WRAPPER, _marker(req.job_id, host), "", str(pid_file), str(status_file), "", "",
                 *argv,
-                env=env, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
+                env=env, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=fd,
             )
         except OSError as exc:
             raise LaunchError(f"cannot run srun: {exc}") from None
