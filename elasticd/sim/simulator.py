@@ -42,7 +42,7 @@ from elasticd.sim.workload import SimJob, young_collections_only
 
 _M = TypeVar("_M", JobSpec, NodeRange, PerfModel)
 
-_END, _WAKE, _LIMIT, _REGISTER = 1, 2, 3, 4
+_END, _WAKE, _LIMIT, _REGISTER, _FIXED_END = 1, 2, 3, 4, 5
 _SHRINK = OrderKind.SHRINK
 # The history entries an outcome's sizes are read from (nodes are held from a grow order on:
 # they are allocated then), and which of them are counted as shrinks or expansions.
@@ -94,15 +94,19 @@ def _spec(j: SimJob) -> JobSpec:
     model = None
     if j.has_model:
         cost = j.cost
-        model = _filled(PerfModel, _MODEL_FIELDS, _MODEL_SET,
-                        {"speedup": j.speedup.text, "alpha": cost.alpha, "beta": cost.beta, "b": cost.b})
+        f = _MODEL_FIELDS.copy()
+        f["speedup"], f["alpha"], f["beta"], f["b"] = j.speedup.text, cost.alpha, cost.beta, cost.b
+        model = _filled(PerfModel, f, _MODEL_SET)
+    f = _TEMPLATE_FIELDS.copy()
+    f["time_limit"], f["model"] = tl, model
     if j.malleable or j.moldable:
-        nodes = _filled(NodeRange, _RANGE_FIELDS, _RANGE_SET,
-                        {"min": j.min_nodes, "max": j.max_nodes, "preferred": j.preferred})
-        kind = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
-        return _filled(JobSpec, _TEMPLATE_FIELDS, _RANGED_SET,
-                       {"nodes": nodes, "kind": kind, "time_limit": tl, "model": model})
-    return _filled(JobSpec, _TEMPLATE_FIELDS, _RIGID_SET, {"nodes": j.nodes, "time_limit": tl, "model": model})
+        r = _RANGE_FIELDS.copy()
+        r["min"], r["max"], r["preferred"] = j.min_nodes, j.max_nodes, j.preferred
+        f["nodes"] = _filled(NodeRange, r, _RANGE_SET)
+        f["kind"] = JobKind.MALLEABLE if j.malleable else JobKind.MOLDABLE
+        return _filled(JobSpec, f, _RANGED_SET)
+    f["nodes"] = j.nodes
+    return _filled(JobSpec, f, _RIGID_SET)
 
 
 # Specs are made from these with the job's own fields set, as model_copy(update=...) makes
@@ -117,18 +121,30 @@ _RANGE_SET = frozenset(_RANGE.model_fields_set | {"min", "max", "preferred"})
 _RIGID_SET = frozenset(_TEMPLATE.model_fields_set | {"nodes", "time_limit", "model"})
 _RANGED_SET = frozenset(_RIGID_SET | {"kind"})
 _MODEL_SET = frozenset(_MODEL.model_fields_set | {"speedup", "alpha", "beta", "b"})
-_set = object.__setattr__  # what pydantic sets a model's parts with (its own setattr refuses: frozen)
 
 
-def _filled(cls: type[_M], template: dict[str, Any], fields_set: frozenset[str], update: dict[str, Any]) -> _M:
-    """A model of `cls` with the template's fields, `update` set over them (see above)."""
-    m = cls.__new__(cls)
-    fields = template.copy()
-    fields.update(update)
-    _set(m, "__dict__", fields)
-    _set(m, "__pydantic_fields_set__", set(fields_set))
-    _set(m, "__pydantic_extra__", None)
-    _set(m, "__pydantic_private__", None)
+def _slot_setter(name: str) -> Any:
+    """The setter of a part every pydantic model has (its own setattr refuses: frozen),
+    called directly rather than looked up by object.__setattr__ for each model made."""
+    owners = {next(vars(k)[name] for k in cls.__mro__ if name in vars(k)) for cls in (JobSpec, NodeRange, PerfModel)}
+    if len(owners) != 1:
+        raise TypeError(f"{name}: not one slot shared by the job file's models")
+    return owners.pop().__set__
+
+
+_set_dict, _set_fields_set, _set_extra, _set_private = map(
+    _slot_setter, ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"))
+_new = object.__new__
+
+
+def _filled(cls: type[_M], fields: dict[str, Any], fields_set: frozenset[str]) -> _M:
+    """A model of `cls` with these fields (a template's copy with the job's own set over
+    it), those in `fields_set` counted as set (see above)."""
+    m = _new(cls)
+    _set_dict(m, fields)
+    _set_fields_set(m, set(fields_set))
+    _set_extra(m, None)
+    _set_private(m, None)
     return m
 
 
@@ -244,6 +260,11 @@ class Simulation:
                         handle(exited(now, a, 0, 0))
                         progress.pop(a, None)
                         happened = True
+                elif kind == _FIXED_END:
+                    if a in progress:  # (else it ended at its limit before)
+                        handle(exited(now, a, 0, 0))
+                        del progress[a]
+                        happened = True
                 elif kind == _LIMIT:
                     if fires(now, seq, kind, a, limit_due, limit_carried):
                         if limits is None:
@@ -314,8 +335,12 @@ class Simulation:
                         handle(ev.Registered(now, jid))
                         again = True
                 end = p.end_time(now)
-                self._set_timer(end, _END, jid, self._end_due, self._end_carried)
-                if not j.malleable:
+                if j.malleable:
+                    self._set_timer(end, _END, jid, self._end_due, self._end_carried)
+                else:
+                    # Never resized, so never moved: one heap entry, no timer to keep (it
+                    # is due while the job's progress is kept, which a Terminate drops).
+                    self._push(end, _FIXED_END, jid)
                     fixed_end = (jid, end)
             elif type(a) is SendOrder:
                 jid = a.job_id
