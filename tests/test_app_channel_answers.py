@@ -111,12 +111,31 @@ def test_a_defer_time_with_an_exponent_is_refused_as_malformed_and_a_plain_decim
     jid, io = _job(daemon, workdir)
     try:
         oid = _order(daemon, io, jid, 2)[2].split("=")[1]
-        for bad in ("2.5e1", "1e2", "1E2", "nan", "inf", "-5", "5.", ".5", "0x10"):
+        # Four: a fifth malformed line closes the connection.
+        for bad in ("2.5e1", "nan", "-5", "0x10"):
             reply = _answer(io, f"defer order={oid} {bad}")
             assert reply.startswith("error malformed ") and "not a number of seconds" in reply, (bad, reply)
         assert _answer(io, f"defer order={oid} 3600.5") == f"ok defer order={oid}"
         info = daemon.wait_event(jid, "deferred")
         assert "3600.5" in str(info["events"][-1]), info["events"][-1]
+    finally:
+        io.close()
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=60)
+
+
+def test_five_malformed_defers_close_the_connection_as_any_five_malformed_lines(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """PROTOCOL.md: `defer` without a number is malformed, and 5 malformed lines close the
+    connection. A bad defer time was answered `malformed` but not counted: the connection
+    took any number of them."""
+    jid, io = _job(daemon, workdir)
+    try:
+        oid = _order(daemon, io, jid, 2)[2].split("=")[1]
+        for bad in ("1e2", "1E2", "inf", "5.", ""):
+            reply = _answer(io, f"defer order={oid} {bad}".rstrip())
+            assert reply.startswith("error malformed "), (bad, reply)
+        assert io.read_line() is None  # closed by the daemon
     finally:
         io.close()
     (workdir / "finish").touch()

@@ -90,6 +90,29 @@ def test_one_leader_a_second_register_is_refused_and_only_the_leader_deregisters
     assert daemon.job(jid)["state"] == "COMPLETED"
 
 
+def test_a_workers_resume_never_touches_the_leaders_open_order(daemon: RunningDaemon, workdir: Path) -> None:
+    """A worker keeps a connection for put/get and, after a drop, follows the reconnect
+    steps too: hello, then resume (it never registered). Its resume, refused for its hosts
+    or taken, dropped the leader's open order (found by a client written from the spec)."""
+    jid = daemon.submit(recorder(workdir, "slow_shrink", SLOW="3"))
+    daemon.wait_event(jid, "registered")
+    assert daemon.cli("elasticd", "resize", str(jid), "2", "--no-wait").returncode == 0
+    assert wait_until(lambda: "shrink_ordered" in daemon.events(jid), 30)
+    worker = Raw(daemon, workdir, jid)
+    try:
+        assert worker.ask("resume node9").startswith("error bad_hosts ")
+        assert worker.ask("resume node3") == "ok resume"
+    finally:
+        worker.close()
+    # The leader's answer, after its 3 s, settles the order as the user asked.
+    daemon.wait_event(jid, "shrunk", timeout=30)
+    assert "order_failed" not in daemon.events(jid), daemon.events(jid)
+    assert daemon.job(jid)["hosts"] == ["node1", "node2"]
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=60)
+    assert daemon.job(jid)["state"] == "COMPLETED"
+
+
 def test_a_missed_deadline_is_told_to_the_application_with_the_hosts_taken_and_its_late_answer_refused(
     quick: RunningDaemon, workdir: Path
 ) -> None:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
-from elastic_protocol.errors import MalformedMessage
 from elastic_protocol.jobspec import JobKind, JobSpec
 from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
 from elasticd import __version__, defaults
@@ -936,12 +935,8 @@ class Daemon:
             event = ev.GrowAnswered(now, job_id, order_id, tuple(hosts))
         elif verb == "refuse":
             event = ev.OrderRefused(now, job_id, order_id, text)
-        else:  # defer
-            try:
-                seconds = parse_seconds(text, "defer")
-            except MalformedMessage as e:
-                raise OrderRejected("malformed", str(e)) from None
-            event = ev.OrderDeferred(now, job_id, order_id, seconds)
+        else:  # defer; a bad time is a malformed line, counted as any (the connection goes at 5)
+            event = ev.OrderDeferred(now, job_id, order_id, parse_seconds(text, "defer"))
         why = self.voided.get(job_id, {}).get(order_id)
         if why is not None:
             job = self.core.job(job_id)
@@ -980,24 +975,35 @@ class Daemon:
         self._notify()
         self._schedule_soon()
 
-    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink | None = None) -> None:
+    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink) -> None:
         """An application reconnected (its connection dropped, or the daemon restarted) and
         said what it is doing.
 
-        An open order it is not handling never reached it: the order is dropped (a grow's
-        new hosts are taken back). One it is handling stays open for its answer. One the
-        daemon settled without it meanwhile is told again (`hosts ... order=ID`) to the
-        registered connection, so that its answer, refused as expired, is never taken for
-        done.
+        Only the registered connection speaks for the job's orders (orders go to it alone):
+        an open order it is not handling never reached it, and is dropped (a grow's new hosts
+        are taken back); one it is handling stays open for its answer; one the daemon settled
+        without it meanwhile is told again (`hosts ... order=ID`), so that its answer,
+        refused as expired, is never taken for done. Another connection's `resume` (a
+        worker's, which keeps a connection for `put`/`get` and follows the same reconnect
+        steps) has its hosts checked and nothing else: it dropped the leader's open order,
+        even when refused for its hosts.
         """
         job = self.core.job(job_id)
         order = job.order
+        # Its own hosts, an open grow's new ones, and those it held before: the daemon may
+        # have taken them in its absence (the `hosts` line that says so may reach it later).
+        own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
+        own.update(h for e in job.events for h in e.hosts)
+        foreign = [h for h in hosts if h not in own]
+        if foreign:
+            raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
+        if self.app_links.get(job_id) is not link:
+            return
         now = self.now()
         if order is not None and not order.settled and order.order_id == order_id:
             self.app_orders[job_id] = order_id  # it is handling it: settled without it, it is told
         why = self.voided.get(job_id, {}).get(order_id) if order_id is not None else None
-        if (why is not None and order_id is not None and link is not None and self.app_links.get(job_id) is link
-                and self._told_void.get(job_id) != (link, order_id)):
+        if why is not None and order_id is not None and self._told_void.get(job_id) != (link, order_id):
             self._send_hosts(job_id, link, self._held(job), why, order_id)
         if order is not None and not order.settled and order.order_id != order_id:
             log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
@@ -1006,13 +1012,6 @@ class Daemon:
             self._notify()
             self._schedule_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
-        # Its own hosts, an open grow's new ones, and those it held before: the daemon may
-        # have taken them in its absence (the `hosts` line that says so may reach it later).
-        own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
-        own.update(h for e in job.events for h in e.hosts)
-        foreign = [h for h in hosts if h not in own]
-        if foreign:
-            raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
         if order_id is None and hosts and sorted(hosts) != held:
             log.warning("job %d: the application says it runs on %s, the daemon has %s", job_id,
                         ",".join(hosts), ",".join(held))
