@@ -222,6 +222,38 @@ def test_a_restart_that_finds_the_application_port_taken_names_the_jobs_that_can
         squatter.close()
 
 
+def test_the_library_registers_again_once_a_connection_still_registered_at_the_daemon_goes(
+        daemons: Daemons, workdir: Path) -> None:
+    """A connection the daemon still holds registered (half-open on its side after a
+    network fault; here another connection registered first) refused the reconnecting
+    library's `register` with already_registered, and the library gave up for good: the job
+    ran as rigid. It now asks again until its reconnect time is out."""
+    d = daemons.start()
+    jid = d.submit(recorder_job(workdir))
+    d.wait_event(jid, "registered")
+    leader = pid_of(workdir, "node1")
+    sigkill(d)
+    os.kill(leader, signal.SIGSTOP)  # its library cannot reconnect before the stand-in
+    try:
+        d = daemons.start()
+        secret = (workdir / "secret").read_text()
+        stand_in = LineSocket(socket.create_connection((d.record.app_host, d.record.app_port), timeout=10), 8192)
+        for line, reply in ((f"hello 1 {jid} {secret}", b"ok hello 1"), ("register", b"ok register")):
+            stand_in.send_line(line.encode())
+            assert stand_in.read_line() == reply
+    finally:
+        os.kill(leader, signal.SIGCONT)
+    refused = "already_registered"
+    assert wait_until(lambda: refused in (d.state_dir / "daemon.log").read_text(), 30)
+    stand_in.close()
+    d.wait_event(jid, "registered", count=3, timeout=30)  # the first daemon's, the stand-in's, the library's
+    d.resize(jid, 2)
+    assert wait_until(lambda: "post_shrink 2 node3,node4" in app_log(workdir), 30), app_log(workdir)
+    (workdir / "finish").touch()
+    d.wait([jid], timeout=60)
+    assert d.job(jid)["state"] == "COMPLETED"
+
+
 def test_daemon_restart_mid_shrink_settles_the_order_with_the_reconnected_application(
         daemons: Daemons, workdir: Path) -> None:
     d = daemons.start()

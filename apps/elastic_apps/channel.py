@@ -337,6 +337,11 @@ class JobChannel:
         deadline = time.monotonic() + self.reconnect_for
         log.warning("elastic: connection to the daemon lost; reconnecting")
         with self._send_lock:
+            # Closed first: a daemon that has not seen it end (it sees an end only when this
+            # side says so, or its keepalive finds the peer gone) holds the job's
+            # registration on it, and refuses the new connection's `register`.
+            if self._sock is not None:
+                self._sock.close()
             while not self._closed.is_set():
                 sock = self._dial(deadline)
                 if sock is None:
@@ -347,8 +352,15 @@ class JobChannel:
                 try:
                     self._handshake(sock)
                 except DaemonRefused as exc:
-                    log.error("elastic: the restarted daemon refused the job: %s", exc)
                     sock.close()
+                    if exc.code == "already_registered" and time.monotonic() < deadline:
+                        # The old connection, half-open on the daemon's side (a network
+                        # fault), is still registered there until the daemon finds it
+                        # gone (PROTOCOL.md: within about 25 s): ask again.
+                        log.warning("elastic: the daemon still holds the old connection; registering again in 1 s")
+                        time.sleep(1.0)
+                        continue
+                    log.error("elastic: the restarted daemon refused the job: %s", exc)
                     return False
                 except OSError:
                     sock.close()
@@ -356,9 +368,7 @@ class JobChannel:
                         return False
                     time.sleep(0.1)
                     continue
-                old, self._sock = self._sock, sock
-                if old is not None:
-                    old.close()
+                self._sock = sock
                 self.reconnects += 1
                 self._connected.set()
                 log.warning("elastic: reconnected to the daemon")

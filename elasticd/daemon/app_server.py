@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import logging
 import select
+import socket
 from typing import TYPE_CHECKING
 
 from elastic_protocol.appchannel import APP_VERBS, STATE_WRITE_FAILED, Message, error_line, parse, parse_count
@@ -76,6 +77,7 @@ class AppServer(LineServer):
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        _keep_alive(writer)
         d = self.daemon
         link = _Link(writer, reader)
         job_id: int | None = None
@@ -270,3 +272,23 @@ def _order_id(msg: Message) -> int:
     if text is None or not text.isdigit():
         raise MalformedMessage(f"{msg.verb}: needs order=ID naming the order it answers")
     return int(text)
+
+
+# An application's connection is idle between orders, for hours. One whose peer went away
+# without a word (its host reset, a network fault) would stay open, and a registered one
+# would hold the job's registration against the application's reconnection: probed after
+# 10 s idle, every 5 s, it is closed after 3 probes unanswered (PROTOCOL.md: about 25 s).
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES = 10, 5, 3
+
+
+def _keep_alive(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    except (OSError, AttributeError):  # not TCP (a test's socketpair), or no such option here
+        log.debug("application connection from %s: no TCP keepalive", writer.get_extra_info("peername"))
