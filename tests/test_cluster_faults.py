@@ -292,6 +292,44 @@ def test_a_stop_that_cannot_reach_a_lost_jobs_node_names_it_and_the_next_start_e
     assert not status_dir(state).exists(), sorted(map(str, status_dir(state).rglob("*")))
 
 
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("node_timeout", ["2", "30"], ids=["lost-during-the-stop", "lost-after-the-stop"])
+def test_a_stop_while_a_jobs_node_is_silently_gone_never_says_the_job_ended(
+    vcluster: VCluster, tmp_path: Path, node_timeout: str  # noqa: F811
+) -> None:
+    """node3's link goes down under a running job and the stop comes before the daemon
+    notices. Lost during the stop (node timeout 2 s), the job was said ended (CANCELLED),
+    the stop exited 0, and its process ran on on node3; lost after it (30 s), the stop gave
+    up waiting for the daemon's exit before it said which job it had not seen end. Either
+    way the job is named, not said ended, and the next start ends what is left."""
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    d = cluster_daemon(vcluster, state, "node[1-3]",
+                       extra=["--node-timeout", node_timeout, "--node-retry", "600", "--connect-timeout", "3"])
+    try:
+        try:
+            jid = d.submit(rigid_job(work, 3, "gone"))
+            assert wait_until(lambda: d.job(jid)["state"] == "RUNNING", 60), d.job(jid)
+            pid = read_pid(work / "pid-gone-node3", 30)
+            set_link("node3", False)
+            r = d.cli("elasticd", "stop", timeout=60)
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert f"ended running job(s) {jid}" not in r.stdout, r.stdout
+            named = (f"could not reach node3: the processes of job {jid} there may still run" if node_timeout == "2"
+                     else f"job(s) {jid} not seen ending")
+            assert named in r.stderr, r.stderr
+            assert "elasticd stopped" in r.stdout, r.stdout
+            assert alive(pid)
+        finally:
+            set_link("node3", True)
+        d = cluster_daemon(vcluster, state, "node[1-3]", extra=LOSS)
+        assert wait_until(lambda: not alive(pid), 30), f"job {jid}'s process on node3 outlived the next start"
+    finally:
+        stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
 # ---- a grow refused while its processes are being started ---------------------------------
 @pytest.mark.timeout(150)
 def test_a_grow_refused_while_its_processes_start_frees_its_nodes_only_once_they_are_gone_there(

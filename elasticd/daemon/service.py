@@ -402,6 +402,12 @@ class Daemon:
             log.error("stopping: job(s) %s not seen ending within kill-wait + 3 s; stopping anyway (the next "
                       "start ends what is left of them)", self.core.active_ids)
         unreached: dict[str, list[int]] = {} if reaching is None else await reaching
+        if reach is not None:
+            # A node lost during the stop (under a job being ended: the job ends, but what it
+            # left there was not seen ending) is tried too, briefly: it was said ended, with
+            # its process running on and the stop's exit 0.
+            for host, jobs in (await reach(2.0)).items():
+                unreached.setdefault(host, jobs)
         if unreached:
             self.stop_unreached = "; ".join(
                 f"could not reach {host}: the processes of job {','.join(map(str, jobs))} there may still run"
@@ -418,7 +424,8 @@ class Daemon:
                 "whose processes left no recorded exit then ends NODE_FAIL)")
         self.stop_unsaved = self._final_save()
         self._stopped.set()
-        return [j for j in running if j not in left]
+        unseen = {j for jobs in unreached.values() for j in jobs}
+        return [j for j in running if j not in left and j not in unseen]
 
     def _final_save(self) -> str | None:
         """Save the jobs' last states before the stop is answered; what could not be saved,
