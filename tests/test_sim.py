@@ -207,6 +207,10 @@ def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "3145 jobs kept on 240 nodes" in r.stdout
     assert "malleable  100" in r.stdout
+    # Seeds differ by up to tens of times on one configuration: the table shows their range.
+    assert "TURNAROUND(s) [min..max]" in r.stdout and "BSLD [min..max]" in r.stdout, r.stdout
+    row = next(line for line in r.stdout.splitlines() if line.startswith("malleable  100"))
+    assert row.split()[2] == "2" and row.count("[") == 3, row
     with open(out / "runs.csv") as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == 8

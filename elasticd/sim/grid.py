@@ -151,15 +151,18 @@ def run_grid(
 
 
 def aggregate(rows: list[RunRow]) -> Iterator[dict[str, Any]]:
-    """One record per (policy, fraction): mean, median and IQR of every metric over seeds."""
+    """One record per (policy, fraction): mean, median, IQR, min and max of every metric over
+    seeds."""
     groups: dict[tuple[str, float], list[RunRow]] = {}
     for r in rows:
         groups.setdefault((r.policy, r.fraction), []).append(r)
     for (policy, fraction), rs in groups.items():
         rec: dict[str, Any] = {"policy": policy, "fraction": fraction, "seeds": len(rs)}
         for m in METRICS:
-            mean, median, iqr = spread([getattr(r.metrics, m) for r in rs])
+            values = [getattr(r.metrics, m) for r in rs]
+            mean, median, iqr = spread(values)
             rec[f"{m}_mean"], rec[f"{m}_median"], rec[f"{m}_iqr"] = mean, median, iqr
+            rec[f"{m}_min"], rec[f"{m}_max"] = min(values), max(values)
         yield rec
 
 
@@ -195,9 +198,18 @@ def row_dict(r: RunRow) -> dict[str, Any]:
 
 
 def print_summary(summary: list[dict[str, Any]]) -> None:
+    """Means over seeds; turnaround, wait and bounded slowdown with their [min..max] over
+    the seeds, which differ by up to tens of times on one configuration."""
     base = next((r for r in summary if r["policy"] == "easy" and r["fraction"] == 0), None)
-    head = ("POLICY", "MALL%", "TURNAROUND(s)", "WAIT(s)", "UTIL%", "BSLD", "TIMEOUT%", "SHRINK/J", "EXPAND/J",
-            "vs EASY 0%: TAT / WAIT / UTIL")
+    head = ("POLICY", "MALL%", "SEEDS", "TURNAROUND(s) [min..max]", "WAIT(s) [min..max]", "UTIL%",
+            "BSLD [min..max]", "TIMEOUT%", "SHRINK/J", "EXPAND/J", "vs EASY 0%: TAT / WAIT / UTIL")
+
+    def spread_of(r: dict[str, Any], m: str, fmt: str) -> str:
+        mean = format(r[f"{m}_mean"], fmt)
+        if r["seeds"] < 2:
+            return mean
+        return f"{mean} [{format(r[f'{m}_min'], fmt)}..{format(r[f'{m}_max'], fmt)}]"
+
     rows = [head]
     for r in summary:
         rel = ""
@@ -206,9 +218,9 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
                 b = base[f"{m}_mean"]
                 return f"{100 * (r[f'{m}_mean'] - b) / b:+.1f}%" if b else "n/a"  # noqa: B023 - called at once, in this iteration
             rel = f"{pct('mean_turnaround')} / {pct('mean_wait')} / {pct('utilization')}"
-        rows.append((r["policy"], f"{100 * r['fraction']:.0f}", f"{r['mean_turnaround_mean']:.0f}",
-                     f"{r['mean_wait_mean']:.0f}", f"{100 * r['utilization_mean']:.1f}",
-                     f"{r['mean_bounded_slowdown_mean']:.2f}", f"{100 * r['timeouts_mean']:.2f}",
+        rows.append((r["policy"], f"{100 * r['fraction']:.0f}", str(r["seeds"]), spread_of(r, "mean_turnaround", ".0f"),
+                     spread_of(r, "mean_wait", ".0f"), f"{100 * r['utilization_mean']:.1f}",
+                     spread_of(r, "mean_bounded_slowdown", ".2f"), f"{100 * r['timeouts_mean']:.2f}",
                      f"{r['shrinks_per_job_mean']:.2f}",
                      f"{r['expands_per_job_mean']:.2f}", rel))
     print(render_table(rows[0], rows[1:]))
