@@ -261,3 +261,27 @@ def test_equeue_shows_the_limit_a_job_will_be_ended_at_once_its_model_scales_it(
     (workdir / "finish").touch()
     daemon.wait([jid], timeout=60)
     assert daemon.job(jid)["state"] == "COMPLETED"
+
+
+def test_a_preferred_size_wider_than_the_cluster_keeps_the_limit_where_the_job_file_put_it(
+        daemon: RunningDaemon, workdir: Path) -> None:
+    """`time_limit` holds at the preferred size the job file declares. Cut to the cluster's
+    4 nodes, the preferred size 6 became the limit's reference: the job got 10 s on 4 nodes
+    instead of 10 x T(4)/T(6) = 13 s, and its work, 9 s at 6 nodes and 11.7 s at 4, ended
+    TIMEOUT (found by an outside tester)."""
+    import sys
+
+    jid = daemon.submit(write_job(workdir, "wide", f'''
+        name = "wide"
+        command = ["{sys.executable}", "-m", "elastic_apps.synthetic", "--work", "36", "--speedup", "amdahl:0.1"]
+        nodes = {{ min = 2, max = 8, preferred = 6 }}
+        kind = "malleable"
+        working_dir = "."
+        time_limit = "0:10"
+        model = {{ speedup = "amdahl:0.1", alpha = 0.375, work = 36 }}
+    '''))
+    assert wait_until(lambda: daemon.job(jid)["state"] == "RUNNING", 30)
+    info = daemon.job(jid)
+    assert info["nodes"] == 4 and abs(info["limit_now"] - 13.0) < 1e-6, info
+    daemon.wait([jid], timeout=60)
+    assert daemon.job(jid)["state"] == "COMPLETED", daemon.job(jid)

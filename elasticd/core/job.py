@@ -88,8 +88,11 @@ class Job:
         self.time_limit: int | None = self.spec.limit_seconds
         self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
         # (preferred size, its speedup) once asked (elasticd.core.limits): the limit's rate at
-        # every resize divides by it. Keyed by the size, as bounds are fitted after this.
-        self.limit_ref: tuple[int, float] = (0, 1.0)
+        # every resize divides by it. The size is the one the job file declares, where its
+        # time_limit holds: not the fitted bounds' (cut to the machine), which would move
+        # the limit's reference and end in TIMEOUT a job whose work fits its limit.
+        self.limit_ref: tuple[int, float] = (self.bounds[2], 1.0)
+        self.limit_ref_set = False
 
     # What its time limit is scaled by (elasticd.core.limits), parsed once, when first asked
     # for: the limit moves on every resize, a dozen per job under some policies, and a job

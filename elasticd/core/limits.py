@@ -17,15 +17,15 @@ from elasticd.core.job import Job
 
 
 def _rate(job: Job, n: int) -> float:
-    pref = job.bounds[2]
-    if n == pref or n <= 0:
+    ref = job.limit_ref
+    if n == ref[0] or n <= 0:
         return 1.0  # S(n) / S(n), exactly 1.0 whatever the model; the model not even parsed
     s = job.limit_speedup
     if s is None:
         return 1.0
-    ref = job.limit_ref
-    if ref[0] != pref:
-        ref = job.limit_ref = (pref, s.speedup(pref))
+    if not job.limit_ref_set:
+        ref = job.limit_ref = (ref[0], s.speedup(ref[0]))
+        job.limit_ref_set = True
     return s.speedup(n) / ref[1]
 
 
