@@ -405,9 +405,8 @@ class Daemon:
         if reach is not None:
             # A node lost during the stop (under a job being ended: the job ends, but what it
             # left there was not seen ending) is tried too, briefly: it was said ended, with
-            # its process running on and the stop's exit 0.
-            for host, jobs in (await reach(2.0)).items():
-                unreached.setdefault(host, jobs)
+            # its process running on and the stop's exit 0. Those tried above are not again.
+            unreached.update(await reach(2.0, skip=set(unreached)))
         if unreached:
             self.stop_unreached = "; ".join(
                 f"could not reach {host}: the processes of job {','.join(map(str, jobs))} there may still run"

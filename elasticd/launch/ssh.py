@@ -43,7 +43,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -751,13 +751,15 @@ class SSHLauncher:
             link.orphans.clear()
         return True
 
-    async def reach_lost(self, within: float) -> dict[str, list[int]]:
+    async def reach_lost(self, within: float, skip: Collection[str] = ()) -> dict[str, list[int]]:
         """At a stop: the nodes that went down under jobs, whose processes there are ended only
         once the node answers again (every retry_interval, which the stop cancels), are tried
         once more now and what the jobs left there is ended. The jobs whose processes may still
         run, by node, where that could not be done within WITHIN seconds: the next start on the
-        state directory ends them (its sweep, by their tag) once it reaches the node."""
-        lost = [h for h, link in self._links.items() if not link.up and not link.retired and link.orphans]
+        state directory ends them (its sweep, by their tag) once it reaches the node. Not the
+        nodes in SKIP (tried already by this stop)."""
+        lost = [h for h, link in self._links.items()
+                if not link.up and not link.retired and link.orphans and h not in skip]
         if not lost:
             return {}
         # The connect is bounded on its own (its thread cannot be interrupted, and the daemon
