@@ -33,6 +33,7 @@ from conftest import (
 from elastic_protocol.control import Resize, Submit
 from elastic_protocol.framing import LineSocket
 from elastic_protocol.jobspec import JobSpec
+from test_app_channel_faults import Raw
 from test_malleability import app_log, finish, pid_of, recorder_job
 
 pytestmark = pytest.mark.timeout(120)
@@ -236,11 +237,8 @@ def test_the_library_registers_again_once_a_connection_still_registered_at_the_d
     os.kill(leader, signal.SIGSTOP)  # its library cannot reconnect before the stand-in
     try:
         d = daemons.start()
-        secret = (workdir / "secret").read_text()
-        stand_in = LineSocket(socket.create_connection((d.record.app_host, d.record.app_port), timeout=10), 8192)
-        for line, reply in ((f"hello 1 {jid} {secret}", b"ok hello 1"), ("register", b"ok register")):
-            stand_in.send_line(line.encode())
-            assert stand_in.read_line() == reply
+        stand_in = Raw(d, workdir, jid)  # hello, as another of the job's processes
+        assert stand_in.ask("register") == "ok register"
     finally:
         os.kill(leader, signal.SIGCONT)
     refused = "already_registered"
