@@ -87,12 +87,10 @@ class Job:
         self.bounds: tuple[int, int, int] = self.spec.node_bounds
         self.time_limit: int | None = self.spec.limit_seconds
         self.evolution_steps: tuple[tuple[float, int], ...] = self.spec.evolution_steps
-        # (preferred size, its speedup) once asked (elasticd.core.limits): the limit's rate at
-        # every resize divides by it. The size is the one the job file declares, where its
-        # time_limit holds: not the fitted bounds' (cut to the machine), which would move
-        # the limit's reference and end in TIMEOUT a job whose work fits its limit.
-        self.limit_ref: tuple[int, float] = (self.bounds[2], 1.0)
-        self.limit_ref_set = False
+        # The size its time_limit holds at (elasticd.core.limits): the preferred size the job
+        # file declares, not the fitted bounds' (cut to the machine), which would move the
+        # limit's reference and end in TIMEOUT a job whose work fits its limit.
+        self.limit_pref: int = self.bounds[2]
 
     # What its time limit is scaled by (elasticd.core.limits), parsed once, when first asked
     # for: the limit moves on every resize, a dozen per job under some policies, and a job
@@ -102,6 +100,12 @@ class Job:
     def limit_speedup(self) -> SpeedupModel | None:
         model = self.spec.model
         return None if model is None else model.speedup_model
+
+    @cached_property
+    def limit_pref_speedup(self) -> float:
+        """The speedup at limit_pref, which the limit's rate at every resize divides by."""
+        s = self.limit_speedup
+        return 1.0 if s is None else s.speedup(self.limit_pref)
 
     @cached_property
     def limit_cost(self) -> ReconfigCost | None:

@@ -17,16 +17,12 @@ from elasticd.core.job import Job
 
 
 def _rate(job: Job, n: int) -> float:
-    ref = job.limit_ref
-    if n == ref[0] or n <= 0:
+    if n == job.limit_pref or n <= 0:
         return 1.0  # S(n) / S(n), exactly 1.0 whatever the model; the model not even parsed
     s = job.limit_speedup
     if s is None:
         return 1.0
-    if not job.limit_ref_set:
-        ref = job.limit_ref = (ref[0], s.speedup(ref[0]))
-        job.limit_ref_set = True
-    return s.speedup(n) / ref[1]
+    return s.speedup(n) / job.limit_pref_speedup
 
 
 def start_limit(job: Job, now: float) -> float | None:
