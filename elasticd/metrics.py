@@ -130,7 +130,12 @@ def windowed_summary(
 ) -> WindowSummary:
     """Metrics as the real-workloads paper computes them: jobs submitted after the warm-up
     and up to the last submission; utilization over that same window (drain-down excluded).
-    Makespan is the whole run's: first submission to last end."""
+    Makespan is the whole run's: first submission to last end.
+
+    A run whose jobs were all submitted at one instant (one job; a batch given to `elasticd
+    run` or to one `esubmit`) has no submission window to measure use over: its utilization
+    is then the whole run's, first submission to last end, rather than a 0 % that reads as
+    an idle machine."""
     if not records:
         return WindowSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     first = min(r.submit for r in records)
@@ -145,6 +150,8 @@ def windowed_summary(
     runs = [r.end - r.start for r in sel]
     sld = [t / max(run, 1e-9) for t, run in zip(tat, runs)]
     bsld = [max(1.0, t / max(run, tau)) for t, run in zip(tat, runs)]
+    if w1 <= w0:
+        w1 = max(r.end for r in records)
     span = w1 - w0
     util = busy_node_seconds(records, w0, w1) / (total_nodes * span) if span > 0 else 0.0
     return WindowSummary(

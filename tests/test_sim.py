@@ -196,6 +196,14 @@ def test_windowed_summary_excludes_warm_up_and_drain_down() -> None:
     assert s.utilization == pytest.approx(50 / (2 * 100))
 
 
+
+def test_utilization_of_jobs_submitted_at_one_instant_is_the_whole_runs() -> None:
+    # No submission window to measure over (one job, or a batch submitted at once): the run's.
+    one = [SizedRecord(1, 5, 5, 105, ((5, 2), (105, 0)))]
+    assert windowed_summary(one, total_nodes=4, warmup=0).utilization == pytest.approx(0.5)
+    batch = [SizedRecord(1, 0, 0, 100, ((0, 4), (100, 0))), SizedRecord(2, 0, 100, 200, ((100, 2), (200, 0)))]
+    assert windowed_summary(batch, total_nodes=4, warmup=0).utilization == pytest.approx(600 / 800)
+
 # Pure CPU (8 simulations of 3145 jobs, then plots): 81 s and then over 120 s with 4 busy loops
 # on 2 cores and the suite on -n 2, where the default 120 s timeout ended it. 300 s: a hang guard.
 @pytest.mark.timeout(300)
