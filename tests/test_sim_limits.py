@@ -140,3 +140,41 @@ def test_idle_nodes_go_to_a_malleable_job_when_it_registers_in_the_simulator_as_
         stop_daemon(d.record)
     grown = next(e for e in info["events"] if e["event"] == "grown")
     assert grown["nodes"] == 4
+
+
+class WorkSeen:
+    """A policy, watched: the `work` each job's model carried into a pass, waiting or running."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[attr-defined]
+        self.seen: dict[int, float | None] = {}
+
+    def decide(self, snap: Snapshot) -> list[Decision]:
+        for v in (*snap.pending, *snap.running):
+            self.seen[v.job_id] = None if v.model is None else v.model.work
+        return self.inner.decide(snap)  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_replayed_job_files_declared_work_reaches_the_simulated_policy_as_it_reaches_the_daemons(
+        tmp_path: Path) -> None:
+    # SD-Policy, MEBF and payoff predict a job's run from its model's `work` when its file
+    # gives it, else from its limit. The daemon's policies see the job file as it is; the
+    # simulator replaying it (elasticd sim --from-log, elasticd experiment) must show them the
+    # same, or they predict other run times and choose other mates, sizes and starts.
+    from elasticd.core import events as ev
+    from elasticd.core.engine import Core
+
+    told = write_job(tmp_path, "told", JOB.format(name="told", python=sys.executable, work=8, limit="1:00"))
+    untold = write_job(tmp_path, "untold", JOB.format(name="untold", python=sys.executable, work=8, limit="1:00")
+                       .replace(", work = 8 }", " }"))
+    specs = [load_job_file(told), load_job_file(untold)]
+    assert [s.model.work if s.model else "-" for s in specs] == [8.0, None]
+    daemons = WorkSeen(make_policy("sd"))
+    core = Core(["n1"], daemons)  # type: ignore[arg-type]
+    for i, spec in enumerate(specs, 1):
+        core.handle(ev.Submitted(0.0, i, spec))
+    core.handle(ev.PassDue(0.0))
+    simulated = WorkSeen(make_policy("sd"))
+    simulate(from_specs(specs), 1, simulated)  # type: ignore[arg-type]
+    assert daemons.seen == simulated.seen == {1: 8.0, 2: None}

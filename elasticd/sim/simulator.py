@@ -81,8 +81,10 @@ fast_init(JobOutcome)  # one per job of a run
 def _spec(j: SimJob) -> JobSpec:
     """The job file a trace job would have: its node range, its time limit at its preferred
     size and its performance model (speedup and reconfiguration cost, not its work: a
-    scheduler knows a job's limit, not how long it will really run). Trace jobs were
-    validated by the reader, so pydantic's validation is skipped.
+    scheduler knows a job's limit, not how long it will really run). A replayed job file
+    that declares its work keeps it (SimJob.declared_work): the daemon's policies saw it,
+    and a model-driven policy (SD-Policy, MEBF) predicting from the limit instead decides
+    otherwise. Trace jobs were validated by the reader, so pydantic's validation is skipped.
 
     Made anew for each job: a trace's jobs all differ (each has its own speedup model and
     its own limit), and a cache of them that never hit grew by a trace's worth of specs
@@ -96,7 +98,12 @@ def _spec(j: SimJob) -> JobSpec:
         cost = j.cost
         f = _MODEL_FIELDS.copy()
         f["speedup"], f["alpha"], f["beta"], f["b"] = j.speedup.text, cost.alpha, cost.beta, cost.b
-        model = _filled(PerfModel, f, _MODEL_SET)
+        work = j.declared_work
+        if work is None:
+            model = _filled(PerfModel, f, _MODEL_SET)
+        else:
+            f["work"] = work
+            model = _filled(PerfModel, f, _MODEL_WORK_SET)
     f = _TEMPLATE_FIELDS.copy()
     f["time_limit"], f["model"] = tl, model
     if j.malleable or j.moldable:
@@ -121,6 +128,7 @@ _RANGE_SET = frozenset(_RANGE.model_fields_set | {"min", "max", "preferred"})
 _RIGID_SET = frozenset(_TEMPLATE.model_fields_set | {"nodes", "time_limit", "model"})
 _RANGED_SET = frozenset(_RIGID_SET | {"kind"})
 _MODEL_SET = frozenset(_MODEL.model_fields_set | {"speedup", "alpha", "beta", "b"})
+_MODEL_WORK_SET = frozenset(_MODEL_SET | {"work"})
 
 
 def _slot_setter(name: str) -> Any:

@@ -59,6 +59,11 @@ class SimJob:
     # Whether its job file declares its model (trace jobs always do; a replayed real job
     # only if its file did): without one, its limit does not scale with its size.
     has_model: bool = True
+    # The `work` its job file's model declares (a replayed real job whose file gives it):
+    # the daemon's policies read it (MEBF, SD-Policy and payoff predict with it), so the
+    # simulated ones must too. None for a trace job: a scheduler knows its limit, not how
+    # long it will really run.
+    declared_work: float | None = None
 
     @property
     def limit_at_preferred(self) -> float:
@@ -215,5 +220,5 @@ def from_specs(
         out.append(SimJob(i + 1, spec.submit_offset, run, pref, limit, kind is JobKind.MALLEABLE, lo, hi, pref, s,
                           work, cost, startup, moldable=kind is JobKind.MOLDABLE, startup_per_node=startup_per_node,
                           grow_latency=grow_latency, grow_latency_per_node=grow_latency_per_node,
-                          has_model=model is not None))
+                          has_model=model is not None, declared_work=model.work if model else None))
     return out
