@@ -8,6 +8,8 @@ import ast
 import os
 import re
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,41 @@ def test_layers_point_one_way() -> None:
                 wrong += [f"{m} -> {t}" for t in targets if any(t == b or t.startswith(b + ".") for b in banned)]
     assert wrong == []
 
+
+# Modules that may import what an optional extra installs (pyproject.toml), beside the core
+# dependencies every module may use.
+EXTRA_OF = {"apps/elastic_apps/mpi/": "mpi", "elasticd/sim/plots.py": "plots"}
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("-", "_") for r in reqs}
+
+
+def test_every_third_party_import_is_a_declared_requirement() -> None:
+    # The [mpi] extra once lacked numpy, which elastic_apps.mpi.jacobi imports: the suite
+    # passed (the test extra brings numpy with matplotlib) while a user's `pip install
+    # '.[mpi]'` ran examples/mpi/jacobi-*.toml into ModuleNotFoundError.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = _requirement_names(project["dependencies"])
+    extras = {k: _requirement_names(v) for k, v in project["optional-dependencies"].items()}
+    missing = []
+    for root in PACKAGES.values():
+        for f in sorted(root.rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            allowed = core | {n for prefix, extra in EXTRA_OF.items() if rel.startswith(prefix) for n in extras[extra]}
+            for node in ast.walk(ast.parse(f.read_text())):
+                names: list[str] = []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in sys.stdlib_module_names or top in PACKAGES or top == "__future__":
+                        continue
+                    if top.lower() not in allowed:
+                        missing.append(f"{rel}:{node.lineno}: {top}")
+    assert missing == []
 
 @pytest.mark.timeout(120)
 def test_without_the_plots_extra_sim_says_what_to_install_and_writes_the_rest(tmp_path: Path) -> None:
