@@ -179,7 +179,7 @@ def test_equeue_json_document_has_every_field_even_when_unknown(daemon: RunningD
     daemon.cli("ecancel", str(blocker), str(waiting))
 
 
-def test_stop_ends_running_jobs_cleanly_and_says_so(tmp_path: Path, workdir: Path) -> None:
+def test_stop_ends_running_jobs_cleanly_cancels_the_queue_and_says_so(tmp_path: Path, workdir: Path) -> None:
     from conftest import start_daemon, stop_daemon
 
     d = start_daemon(tmp_path / "s")
@@ -191,9 +191,17 @@ def test_stop_ends_running_jobs_cleanly_and_says_so(tmp_path: Path, workdir: Pat
             working_dir = "."
         '''))
         pids = [read_pid(workdir / f"f-{i}.pid") for i in range(2)]  # whole, not only made
+        # A job that cannot start while the first runs: the stop cancels it, and says so (a
+        # user would otherwise look for it at the next start).
+        waiting = d.submit(write_job(workdir, "w", '''
+            name = "waiting"
+            command = ["true"]
+            nodes = 4
+        '''))
         r = d.cli("elasticd", "stop")
         assert r.returncode == 0, r.stderr
         assert f"ended running job(s) {jid}" in r.stdout
+        assert f"cancelled pending job(s) {waiting}" in r.stdout, r.stdout
         assert_gone([*pids, d.record.pid])
         s = d.cli("elasticd", "status")
         assert s.returncode == 1 and "not running" in s.stdout

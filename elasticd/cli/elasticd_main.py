@@ -328,6 +328,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     problems = [p for p in (answer.get("not_ended"), answer.get("not_reached"), answer.get("not_saved")) if p]
     if ended:
         print(f"ended running job(s) {', '.join(map(str, ended))} (CANCELLED)")
+    cancelled: list[int] = answer.get("cancelled_pending") or []
+    if cancelled:
+        print(f"cancelled pending job(s) {', '.join(map(str, cancelled))}")
     for p in problems:
         fail("elasticd", p)
     exit_by = time.monotonic() + 10.0

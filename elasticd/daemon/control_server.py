@@ -38,6 +38,7 @@ from elastic_protocol.framing import read_line
 from elastic_protocol.jobspec import env_problems, format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd import __version__
+from elasticd.core.states import JobState
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.views import job_info, job_note, node_infos
 from elasticd.errors import ElasticError, UnknownJob
@@ -196,9 +197,13 @@ class ControlServer(LineServer):
             d.release_hold(req.job_id)
             return _ok({"job_id": req.job_id})
         if isinstance(req, Stop):
+            # The queue is cancelled too: said, so that a user does not expect those jobs at
+            # the next start (a cancel the stop could not save is not among them).
+            pending = d.core.pending_ids
             ended = await d.stop()
-            return _ok({"ended_jobs": ended, "not_ended": d.stop_not_ended, "not_saved": d.stop_unsaved,
-                        "not_reached": d.stop_unreached})
+            cancelled = [j for j in pending if d.core.job(j).state is JobState.CANCELLED]
+            return _ok({"ended_jobs": ended, "cancelled_pending": cancelled, "not_ended": d.stop_not_ended,
+                        "not_saved": d.stop_unsaved, "not_reached": d.stop_unreached})
         if isinstance(req, Hello):
             return _error("bad_request", "hello was already received on this connection")
         return _error("bad_request", f"unsupported request {type(req).__name__}")
