@@ -142,6 +142,53 @@ def test_idle_nodes_go_to_a_malleable_job_when_it_registers_in_the_simulator_as_
     assert grown["nodes"] == 4
 
 
+GUARDED = '''
+name = "guarded"
+command = ["{python}", "-m", "elastic_apps.synthetic", "--work", "30", "--speedup", "linear"]
+nodes = {{ min = 1, max = 2 }}
+kind = "malleable"
+time_limit = "1:00"
+working_dir = "."
+output = "guarded-%j.out"
+model = {{ speedup = "linear", work = 30 }}
+'''
+
+WAITER = '''
+name = "waiter"
+command = ["{python}", "-c", "import time; time.sleep(1)"]
+nodes = 1
+time_limit = "1:00"
+working_dir = "."
+output = "waiter-%j.out"
+submit_offset = {offset}
+'''
+
+
+def test_a_job_waiting_for_a_resize_guard_starts_when_the_guard_ends_in_the_daemon_as_in_the_simulator(
+        tmp_path: Path) -> None:
+    # minAgree grows the malleable job to both nodes when it registers; a job submitted just
+    # after waits for it to be shrunk, which the policy's resize guard (2 s) forbids until
+    # 2 s after the grow. Nothing happens at that instant: the simulator wakes its policy
+    # then, and so must the daemon, not at its next periodic pass (here 10 minutes away).
+    guarded = write_job(tmp_path, "guarded", GUARDED.format(python=sys.executable))
+    waiter = write_job(tmp_path, "waiter", WAITER.format(python=sys.executable, offset=0.5))
+    sim = {o.job_id: o for o in simulate(from_specs([load_job_file(guarded), load_job_file(waiter)]), 2,
+                                         make_policy("malleable", min_resize_interval=2.0))}
+    assert sim[1].sizes[:3] == ((0.0, 1), (0.0, 2), (0.0, 2))  # started, grow ordered, grown
+    assert sim[2].start == 2.0  # the guard's end, not the malleable job's
+    d = start_daemon(tmp_path / "state", nodes=2, policy="malleable",
+                     extra=["--min-resize-interval", "2", "--schedule-interval", "600"])
+    try:
+        a = d.submit(guarded)
+        grown = next(e for e in d.wait_event(a, "grown", timeout=30)["events"] if e["event"] == "grown")
+        b = d.submit(waiter)
+        d.wait([b], timeout=30)
+        started = d.job(b)["start_time"]
+    finally:
+        stop_daemon(d.record)
+    assert 2.0 <= started - grown["time"] < 2.0 + 1.5
+
+
 class WorkSeen:
     """A policy, watched: the `work` each job's model carried into a pass, waiting or running."""
 

@@ -349,6 +349,20 @@ class Core:
     def policy_may_order(self, job: Job, now: float) -> bool:
         return _policy_may_order(job, now)
 
+    def resize_guard_end(self, job: Job) -> float | None:
+        """When the policy may resize the job again: its last resize plus the policy's
+        min_resize_interval (None: never resized, or a policy without that guard).
+
+        No event happens at that instant, yet a pass then can decide what the one before
+        could not (grow the job into idle nodes, shrink it for a waiting job): each driver
+        asks for a pass at this time itself, the simulator on its virtual clock and the
+        daemon on the real one, so both resize the job at the same instant."""
+        last = job.last_resize
+        interval = getattr(self.policy, "min_resize_interval", None)
+        if last is None or not interval:
+            return None
+        return float(last + interval)
+
     def why_no_order(self, job: Job, now: float) -> str:
         if not job.malleable_ready:
             if job.deregistered:

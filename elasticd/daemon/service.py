@@ -76,7 +76,8 @@ class DaemonConfig:
     order_deadline: float = defaults.ORDER_DEADLINE
     min_resize_interval: float = defaults.MIN_RESIZE_INTERVAL
     # Policies are also run this often while jobs exist, so that time-based conditions
-    # (a resize interval passing) are acted on without waiting for the next event.
+    # (a deferral or a refusal's back-off ending) are acted on without waiting for the next
+    # event. A job's resize interval passing has a pass of its own at that instant (_arm_guard).
     schedule_interval: float = defaults.SCHEDULE_INTERVAL
     policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
     policy_config: str | None = None
@@ -116,6 +117,8 @@ class DaemonConfig:
 class _Timers:
     limits: dict[int, TimerHandle] = field(default_factory=dict)
     orders: dict[int, TimerHandle] = field(default_factory=dict)
+    # A pass when a job's resize guard ends (Core.resize_guard_end), per job.
+    guards: dict[int, TimerHandle] = field(default_factory=dict)
 
 
 class AppLink(Protocol):
@@ -126,6 +129,9 @@ class AppLink(Protocol):
     def pending_input(self) -> bool: ...
 
 
+# Events after which a job may have been resized (Job.last_resize set): a pass is due when
+# the policy may resize it again (Core.resize_guard_end).
+_RESIZED = (ev.GrowAnswered, ev.HostsGone)
 # Events by which the application itself set its hosts or settled its order: it knows.
 _APP_OWN = (ev.ShrinkAnswered, ev.GrowAnswered, ev.HostsReleased, ev.Registered, ev.OrderRefused, ev.OrderDeferred)
 # Why the daemon changed a job's hosts, or settled its order, on its own (`hosts reason=...`).
@@ -359,6 +365,8 @@ class Daemon:
         finally:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
+            for handle in self._timers.guards.values():
+                handle.cancel()
             csrv.close()
             asrv.close()
             if self.allocation is not None and self.stopping:
@@ -1164,6 +1172,8 @@ class Daemon:
         if tx:
             self.core.commit()
         self._execute(actions)
+        if isinstance(event, _RESIZED):
+            self._arm_guard(event.job_id, event.time)
         self._tell_apps(event)
 
     def _tell_apps(self, event: Event) -> None:
@@ -1477,6 +1487,29 @@ class Daemon:
         if old is not None:
             old.cancel()
         self._timers.limits[a.job_id] = self.clock.call_at(a.at, self._limit_reached, a.job_id)
+
+    def _arm_guard(self, job_id: int, now: float) -> None:
+        """The job was resized now (a grow's answer, or the hosts of a shrink or a release
+        gone): a pass when the policy may resize it again, as the simulator makes one then,
+        not at the next periodic pass (up to --schedule-interval later)."""
+        job = self.core.jobs.get(job_id)
+        if job is None or job.last_resize != now or not job.state.holds_nodes:
+            return
+        due = self.core.resize_guard_end(job)
+        if due is None:
+            return
+        old = self._timers.guards.pop(job_id, None)
+        if old is not None:
+            old.cancel()
+        self._timers.guards[job_id] = self.clock.call_at(due, self._guard_ended, job_id, due)
+
+    def _guard_ended(self, job_id: int, due: float) -> None:
+        now = self.now()
+        if now < due:  # the loop's timer and the records' clock differ by a hair: not before it
+            self._timers.guards[job_id] = self.clock.call_at(due, self._guard_ended, job_id, due)
+            return
+        self._timers.guards.pop(job_id, None)
+        self._schedule_soon()
 
     def _limit_reached(self, job_id: int) -> None:
         self._timers.limits.pop(job_id, None)

@@ -5,7 +5,8 @@ every order at once (releasing its last hosts on a shrink), and its processes ar
 moment it says so. Reconfiguration cost is charged to the job's progress (WorkProgress),
 not to the scheduler. Events at one instant are applied together, then the policy is asked
 once; a pass that resized jobs is followed by another at the same instant (nodes freed by a
-shrink start the waiting job), and by a wake-up when the policy's resize interval passes; so
+shrink start the waiting job), and by a wake-up when the policy's resize interval passes
+(Core.resize_guard_end, at which the daemon makes a pass too); so
 is the instant a malleable job registers: at its start for a trace job, after its measured
 start-up for a replayed one (the daemon asks its policy again whenever a job registers: idle
 nodes may go to it).
@@ -180,6 +181,7 @@ class Simulation:
         self._limit_carried: dict[int, tuple[float, int]] = {}
         self.passes = 0
         self.resizes = 0
+        self._wake = -math.inf  # the latest wake-up pushed (Core.resize_guard_end)
 
     def _push(self, t: float, kind: int, a: int) -> None:
         self._seq += 1
@@ -237,7 +239,6 @@ class Simulation:
         arrivals = [jobs[i] for i in sorted(range(len(jobs)), key=lambda i: jobs[i].submit)]
         n_arrivals = len(arrivals)
         next_submit = 0
-        interval = getattr(self.policy, "min_resize_interval", None)
         events = self._events
         core = self.core
         sim_of, progress = self._sim_of, self._progress
@@ -294,14 +295,11 @@ class Simulation:
                     happened = True
             if not happened:
                 continue
-            before = self.resizes
             for _ in range(MAX_PASSES_PER_INSTANT):
                 passes += 1
                 actions = handle(pass_due(now))
                 if not actions or not apply(actions, now):
                     break
-            if self.resizes != before and interval:
-                self._push(now + interval, _WAKE, 0)
         self.passes = passes
         return self._outcomes()
 
@@ -373,6 +371,12 @@ class Simulation:
                     progress.resize(len(job.hosts), now + delay)
                 self._set_timer(progress.end_time(now), _END, jid, self._end_due, self._end_carried)
                 self.resizes += 1
+                # A pass when the policy may resize the job again (resized now: the jobs
+                # resized at one instant share that time, and one wake-up serves them all).
+                wake = core.resize_guard_end(job)
+                if wake is not None and wake != self._wake:
+                    self._wake = wake
+                    self._push(wake, _WAKE, 0)
             elif type(a) is LaunchJoining:
                 joining = a  # the simulated application's new processes are up at once
             elif isinstance(a, Reclaim):
