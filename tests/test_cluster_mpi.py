@@ -7,14 +7,24 @@ namespace). Needs root and the packages, as tests/test_cluster_vcluster.py."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, stop_daemon, wait_until, write_job
+from conftest import RunningDaemon, alive, read_pid, stop_daemon, wait_until, write_job
 from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
 from test_cluster_environment import HOLD, allocation, daemon_in
-from test_cluster_vcluster import VCluster, cluster_daemon, node_of, vcluster  # noqa: F401 - the fixture
+from test_cluster_vcluster import (  # noqa: F401 - the fixture
+    VCluster,
+    assert_no_job_process_left,
+    cluster_daemon,
+    job_processes,
+    node_of,
+    node_states,
+    set_link,
+    vcluster,
+)
 
 NET = "10.200.0.0/24"
 
@@ -160,3 +170,60 @@ def test_two_spawn_mode_mpi_jobs_on_disjoint_nodes_of_an_allocation_run_at_once(
             assert ra["start_time"] < rb["end_time"] and rb["start_time"] < ra["end_time"], (ra, rb)
         finally:
             stop_daemon(d.record)
+
+
+@pytest.mark.timeout(170)
+def test_what_an_mpi_job_left_on_a_node_lost_under_it_is_ended_before_the_node_is_used_again(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """A rigid MPI job's rank on node3 leaves a process that setsids and ignores SIGTERM; node3
+    drops off the network, the job ends NODE_FAIL, and node3 comes back. The ranks mpirun
+    started there carry the run's ELASTIC_MPI_TAG, not the host launcher's ELASTIC_TAG, so
+    the sweep of a node reached again never found them and the failed rank scan counted as
+    "none left": the process ran on, on a node shown idle. Now node3 stays down until it
+    is ended."""
+    reason = mpi_skip_reason(need_mpi4py=False)
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path / "work"
+    work.mkdir()
+    stray = f"setsid sh -c 'trap \\\"\\\" TERM; echo $$ > {work}/stray-$(hostname); exec sleep 600' & exec sleep 600"
+    job = write_job(work, "strays", f'''
+        name = "strays"
+        command = ["sh", "-c", "{stray}"]
+        nodes = 3
+        launcher = "mpi"
+        mpi = {{ ranks_per_node = 1, mpirun_args = {mpi_args()} }}
+        working_dir = "."
+        output = "strays.out"
+        time_limit = "3"
+    ''')
+    d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
+                       extra=["--kill-wait", "2", "--node-timeout", "3", "--node-retry", "1"])
+    try:
+        jid = d.submit(job)
+        pid = read_pid(work / "stray-node3", 60)
+        assert node_of(pid) == "node3"
+        set_link("node3", False)
+        try:
+            d.wait([jid], timeout=60)
+            assert d.job(jid)["state"] == "NODE_FAIL", d.job(jid)
+            # The fault itself: out of reach for longer than the daemon tries to end the
+            # run's ranks on its hosts (a node that answers within that time is served).
+            time.sleep(40)
+            assert alive(pid), "ended while its node was out of reach?"
+        finally:
+            set_link("node3", True)
+        assert wait_until(lambda: node_states(d)["node3"] != "down", 60), node_states(d)
+        left = [p for p in job_processes() if p[1] == "node3"]
+        assert not alive(pid) and not left, f"node3 is {node_states(d)['node3']} with the job's processes on it: {left}"
+        log = (d.state_dir / "daemon.log").read_text()
+        assert "ended what MPI run" in log, log[-3000:]
+    finally:
+        set_link("node3", True)
+        stop_daemon(d.record)
+        # Slurm took node3 for down too (longer than its SlurmdTimeout): the allocations of
+        # the tests that follow need it back now, not at its next registration.
+        subprocess.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], env=vcluster.env(),
+                       capture_output=True, timeout=30, check=False)
+    assert_no_job_process_left()

@@ -37,7 +37,7 @@ import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -182,7 +182,15 @@ class MpiLauncher:
         self.runs: dict[int, _MpiRun] = {}
         # Host -> ranks found there at the last check after a grow (for status and tests).
         self.verified: dict[int, dict[str, int]] = {}
+        # Host -> tags of runs whose processes there could not be verified gone (the node did
+        # not answer): ended once it answers again, before it is used (the host launcher's
+        # clear hooks). Ranks on a job's other hosts carry the run's tag, not the host
+        # launcher's, so its own sweep of a node reached again never finds them.
+        self.leftovers: dict[str, set[str]] = {}
         self.base = make_base(self._base_exit, self._base_hosts_gone)
+        hooks = getattr(self.base, "clear_hooks", None)
+        if isinstance(hooks, list):
+            hooks.append(self._end_leftovers)
 
     def __getattr__(self, name: str) -> Any:
         # What only some host launchers have (node_states, pgids) comes from the base.
@@ -328,9 +336,12 @@ class MpiLauncher:
         deadline = loop.time() + timeout
         while True:
             found = await self.ranks(run, run.hosts + [n for n in self.nodes if n not in run.hosts])
-            counts = {h: len(found.get(h, [])) for h in run.hosts}
+            # The grow's hosts may have left the run meanwhile (a node lost under the open
+            # order voids it): they are counted all the same, and the check ends with them.
+            counts = {h: len(found.get(h, [])) for h in dict.fromkeys(run.hosts + new)}
             stray = sorted(h for h in found if h not in run.hosts and found[h])
-            if all(counts[h] >= want for h in new) or loop.time() > deadline or run.ending:
+            if (all(counts[h] >= want for h in new) or loop.time() > deadline or run.ending
+                    or any(h not in run.hosts for h in new)):
                 break
             await asyncio.sleep(0.2)
         self.verified[run.job_id] = counts
@@ -344,19 +355,38 @@ class MpiLauncher:
 
     # ---- where the ranks are --------------------------------------------------------------
     async def ranks(self, run: _MpiRun, hosts: list[str]) -> dict[str, list[int]]:
-        """Pids of the run's ranks on each of `hosts`."""
-        if not self.cluster:
-            return await asyncio.to_thread(_local_ranks, run.tag, set(hosts))
-        results = await asyncio.gather(*(self._remote_scan(run.tag, h, 0) for h in hosts))
-        return {h: pids for h, pids in zip(hosts, results, strict=True)}
+        """Pids of the run's ranks on each of `hosts` (none on a host that did not answer)."""
+        found, _ = await self._scan(run.tag, hosts)
+        return found
 
-    async def _signal(self, run: _MpiRun, hosts: list[str], sig: int, ranks_only: bool) -> None:
+    async def _scan(self, tag: str, hosts: list[str]) -> tuple[dict[str, list[int]], list[str]]:
+        """Pids of the ranks of run TAG on each host that answered, and the hosts that did not."""
+        if not self.cluster:
+            return await asyncio.to_thread(_local_ranks, tag, set(hosts)), []
+        # A node the host launcher has down is not tried (each try waits the connect timeout).
+        down = self._down()
+        tried = [h for h in hosts if h not in down]
+        results = await asyncio.gather(*(self._remote_scan(tag, h, 0) for h in tried))
+        return ({h: pids for h, pids in zip(tried, results, strict=True) if pids is not None},
+                [h for h in hosts if h in down] + [h for h, pids in zip(tried, results, strict=True) if pids is None])
+
+    def _down(self) -> set[str]:
+        states = getattr(self.base, "node_states", None)
+        return set() if states is None else {h for h, up in states().items() if not up}
+
+    async def _signal(self, run: _MpiRun, hosts: list[str], sig: int, ranks_only: bool) -> list[str]:
+        """Signal the run's processes on `hosts`; the hosts that could not be reached."""
         if not self.cluster:
             await asyncio.to_thread(_local_signal, run.tag, set(hosts), sig, ranks_only)
-        else:
-            await asyncio.gather(*(self._remote_scan(run.tag, h, sig) for h in hosts))
+            return []
+        down = self._down()
+        tried = [h for h in hosts if h not in down]
+        results = await asyncio.gather(*(self._remote_scan(run.tag, h, sig) for h in tried))
+        return [h for h in hosts if h in down] + [h for h, r in zip(tried, results, strict=True) if r is None]
 
-    async def _remote_scan(self, tag: str, host: str, sig: int) -> list[int]:
+    async def _remote_scan(self, tag: str, host: str, sig: int) -> list[int] | None:
+        """Ranks of run TAG on HOST (or signal every process of it there); None when the node
+        could not be reached or the scan failed: nothing is known of it then."""
         argv = ["ssh", *(["-F", str(self.ssh_config)] if self.ssh_config else []),
                 "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", host,
                 shlex.join([self.remote_python, "-I", "-S", "-c", REMOTE_SCAN, tag, str(sig)])]
@@ -368,14 +398,18 @@ class MpiLauncher:
             proc.kill()
             await proc.wait()
             log.warning("MPI rank scan on %s timed out", host)
-            return []
+            return None
         if proc.returncode != 0:
             log.warning("MPI rank scan on %s failed: %s", host, err.decode(errors="replace").strip()[-200:])
+            return None
         return [int(x) for x in out.split()]
 
     async def _clear(self, run: _MpiRun, hosts: list[str], wait: float, ranks_only: bool = True,
-                     term: bool = True) -> bool:
-        """Give the ranks on `hosts` `wait` seconds to leave, end what stays; True if none is left.
+                     term: bool = True, verify: Collection[str] | None = None) -> bool:
+        """Give the ranks on `hosts` `wait` seconds to leave, end what stays; True if none is left
+        and every host of `verify` (default: all of `hosts`; those the run's ranks may be on)
+        answered. Those that did not, or kept ranks through SIGKILL, are kept down until what
+        the run left there is ended (`_unclean`).
 
         With `term` False what stays is killed without a SIGTERM first: mpirun passed its own
         on to them, and a second one is where a checkpointing application gives up its
@@ -383,22 +417,75 @@ class MpiLauncher:
         loop = asyncio.get_running_loop()
         stages = ((0, wait), (signal.SIGTERM, self.kill_wait), (signal.SIGKILL, 5.0)) if term \
             else ((0, wait), (signal.SIGKILL, 5.0))
+        left: dict[str, list[int]] = {}
+        unreached: list[str] = []
         for sig, patience in stages:
             if sig:
                 await self._signal(run, hosts, sig, ranks_only)
             deadline = loop.time() + patience
             while True:
-                left = {h: p for h, p in (await self.ranks(run, hosts)).items() if p}
-                if not left:
+                found, unreached = await self._scan(run.tag, hosts)
+                unreached = [h for h in unreached if verify is None or h in verify]
+                left = {h: p for h, p in found.items() if p}
+                if not left and not unreached:
                     return True
-                if loop.time() > deadline:
+                # Only nodes known down left to verify: waiting cannot help, they wait for the node.
+                only_down = not left and set(unreached) <= self._down()
+                if only_down or loop.time() > deadline:
                     break
+                if sig == signal.SIGKILL and left:
+                    # A node that did not answer the first SIGKILL may answer now.
+                    await self._signal(run, list(left), sig, ranks_only)
                 await asyncio.sleep(0.1)
+            if only_down:
+                break
             if sig == 0 and wait > 0:
-                log.warning("job %d: ranks still on %s after %.1f s: %s; ending them",
-                            run.job_id, "released hosts" if term else "its hosts after mpirun's SIGTERM", wait, left)
-        log.error("job %d: ranks left on %s after SIGKILL", run.job_id, left)
+                log.warning("job %d: ranks still on %s after %.1f s: %s%s; ending them",
+                            run.job_id, "released hosts" if term else "its hosts after mpirun's SIGTERM", wait, left,
+                            f" (not reached: {','.join(unreached)})" if unreached else "")
+        if left:
+            log.error("job %d: ranks left on %s after SIGKILL", run.job_id, left)
+        for h in [*left, *unreached]:
+            self._unclean(run, h, "ranks left after SIGKILL" if h in left else "the node did not answer")
         return False
+
+    def _unclean(self, run: _MpiRun, host: str, why: str) -> None:
+        """Processes of RUN on HOST could not be verified gone: the node is not used again
+        until they are (the host launcher keeps it down and calls `_end_leftovers` once the
+        node answers)."""
+        self.leftovers.setdefault(host, set()).add(run.tag)
+        log.warning("job %d: cannot verify that the processes of its MPI run on %s are gone (%s); the node is "
+                    "kept down until they are ended there", run.job_id, host, why)
+        cannot_verify = getattr(self.base, "cannot_verify", None)
+        if cannot_verify is not None:
+            cannot_verify(host, f"cannot verify that the MPI ranks of job {run.job_id} are gone ({why})")
+
+    async def _end_leftovers(self, host: str) -> bool:
+        """On a node reached again: end what runs recorded as unverified there left (SIGTERM,
+        SIGKILL after the kill-wait); whether none is left."""
+        loop = asyncio.get_running_loop()
+        for tag in sorted(self.leftovers.get(host, set())):
+            if any(r.tag == tag and host in r.hosts for r in self.runs.values()):
+                # The run holds the node again (it cannot while the node is down; kept safe).
+                self.leftovers[host].discard(tag)
+                continue
+            for sig, patience in ((signal.SIGTERM, self.kill_wait), (signal.SIGKILL, 5.0)):
+                if await self._remote_scan(tag, host, sig) is None:
+                    return False
+                deadline = loop.time() + patience
+                while (pids := await self._remote_scan(tag, host, 0)) and loop.time() < deadline:
+                    await asyncio.sleep(0.1)
+                if pids is None:
+                    return False
+                if not pids:
+                    break
+            else:
+                log.error("node %s: processes of MPI run %s survive SIGKILL; keeping it down", host, tag)
+                return False
+            log.info("node %s: ended what MPI run %s left there", host, tag)
+            self.leftovers[host].discard(tag)
+        self.leftovers.pop(host, None)
+        return True
 
     # ---- shrink, end -----------------------------------------------------------------------
     async def reclaim(self, job_id: int, hosts: tuple[str, ...], grace: float) -> None:
@@ -424,7 +511,8 @@ class MpiLauncher:
         await self.base.terminate(job_id, tuple(run.hosts[:1]), passes_on=True)
         # A killed mpirun may leave ranks spinning: every process of the run still there once
         # the ranks had kill_wait to act on the SIGTERM mpirun passed on to them is killed.
-        await self._clear(run, self._all_hosts(run), self.kill_wait, ranks_only=False, term=False)
+        await self._clear(run, self._all_hosts(run), self.kill_wait, ranks_only=False, term=False,
+                          verify=list(run.hosts))
 
     def _all_hosts(self, run: _MpiRun) -> list[str]:
         return run.hosts + [n for n in self.nodes if n not in run.hosts]
@@ -437,8 +525,12 @@ class MpiLauncher:
         if run is None:
             await call_back(self.on_exit, job_id, code, sig, ended_at)
             return
-        # Nothing of the run may outlive mpirun (orteds, ranks of a killed run).
-        await self._signal(run, self._all_hosts(run), signal.SIGKILL, ranks_only=False)
+        # Nothing of the run may outlive mpirun (orteds, ranks of a killed run). Where its
+        # ranks may be and the node did not answer, that waits for the node.
+        unreached = await self._signal(run, self._all_hosts(run), signal.SIGKILL, ranks_only=False)
+        for h in unreached:
+            if h in run.hosts:
+                self._unclean(run, h, "the node did not answer")
         if not run.ending and code == 0 and not sig and run.restart_file.exists():
             run.restarts += 1
             log.info("job %d: restarting mpirun on %s (restart %d)", job_id, ",".join(run.hosts), run.restarts)

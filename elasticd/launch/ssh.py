@@ -43,7 +43,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,6 +314,10 @@ class SSHLauncher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        # What else must be ended on a node reached again before it is used (the MPI layer:
+        # ranks, found by their run's tag, that it could not verify gone while the node was
+        # out of reach); each says whether that is done.
+        self.clear_hooks: list[Callable[[str], Awaitable[bool]]] = []
 
     # ---- life cycle ---------------------------------------------------------------------
     async def start(self, hosts: list[str]) -> None:
@@ -749,7 +753,22 @@ class SSHLauncher:
                 return False
             log.info("node %s: ended the processes of lost jobs (groups %s)", host, sorted(link.orphans.values()))
             link.orphans.clear()
+        for hook in self.clear_hooks:
+            if not await hook(host):
+                return False
         return True
+
+    def cannot_verify(self, host: str, why: str) -> None:
+        """Something of a job may run on HOST, which could not be verified gone (the node did
+        not answer): the node is down until it answers and the `clear_hooks` end it, as for a
+        sweep that fails."""
+        link = self._links.get(host)
+        if link is None or link.retired:
+            return
+        if link.up:
+            self._host_failed(host, why)
+        else:
+            log.warning("node %s stays down: %s", host, why)
 
     async def reach_lost(self, within: float, skip: Collection[str] = ()) -> dict[str, list[int]]:
         """At a stop: the nodes that went down under jobs, whose processes there are ended only
