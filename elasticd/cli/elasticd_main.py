@@ -230,9 +230,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     down = [n.name for n in info.nodes if n.state == "down"]
     if down:
         print(f"  unreachable, marked down (retried every {settings.node_retry:g} s): {', '.join(down)}")
+    if info.salvaged:
+        # What a salvage recovered and lost is said where it is asked for, not only logged.
+        print(f"  {info.salvaged}")
     if info.recovered_jobs:
         dropped = _dropped_at_start(rec) if args.drop_missing_nodes else []
-        print(f"  {info.recovered_jobs} job(s) recovered from the journal (running ones taken over"
+        source = "the salvaged journal" if info.salvaged else "the journal"
+        print(f"  {info.recovered_jobs} job(s) recovered from {source} (running ones taken over"
               f"{', but for the ones ended below' if dropped else ''}; `elasticd status`, `equeue`)")
         if dropped:
             print(f"  ended NODE_FAIL, their processes ended: job(s) {', '.join(map(str, dropped))}: they held "

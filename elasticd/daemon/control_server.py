@@ -242,6 +242,7 @@ class ControlServer(LineServer):
             jobs_by_state=dict(counts),
             journal=None if d.journal is None else str(d.journal.path),
             recovered_jobs=d.recovered_jobs,
+            salvaged=d.salvaged,
             storage=d.storage_problem(),
             applications=d.app_channel_problem(),
             allocation=None if d.allocation is None else d.allocation.status(),

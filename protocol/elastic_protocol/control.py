@@ -194,6 +194,9 @@ class StatusInfo(BaseModel):
     # took back from it when it started (after a crash of the previous one).
     journal: str | None = None
     recovered_jobs: int = 0
+    # What `--salvage` made of a damaged journal at this start (jobs from its readable rows,
+    # rebuilt from the event log, lost; where the damaged files were kept); None without one.
+    salvaged: str | None = None
     # Why the state directory keeps jobs from starting (less than --min-free-space free) or
     # changes from being saved (the last failed write), in words; None when all is well.
     storage: str | None = None
