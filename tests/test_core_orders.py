@@ -341,6 +341,21 @@ def test_refused_shrink_drops_the_order_and_the_job_runs_on_unchanged() -> None:
     assert core.policy_may_order(job, 11.0 + core.refuse_backoff)
 
 
+
+def test_orders_wait_until_the_last_of_resize_guard_deferral_and_refusal_backoff() -> None:
+    # The instant a driver makes a pass at, though no event happens then (Daemon._arm_guard).
+    core, policy = cluster()
+    job = run(core, policy, malleable(1, 6), 4)
+    assert core.orders_wait_until(job) <= 0.0  # nothing holds it back
+    order = only_order(decide(core, policy, 10.0, Shrink(job.job_id, 2)))
+    core.handle(OrderDeferred(11.0, job.job_id, order.order_id, 5.0))
+    assert core.orders_wait_until(job) == 16.0
+    assert not core.policy_may_order(job, 15.9) and core.policy_may_order(job, 16.0)
+    order = only_order(decide(core, policy, 16.0, Shrink(job.job_id, 2)))
+    core.handle(OrderRefused(17.0, job.job_id, order.order_id, "busy"))
+    assert core.orders_wait_until(job) == 17.0 + core.refuse_backoff
+    assert core.policy_may_order(job, core.orders_wait_until(job))
+
 # ---- what the policy sees of an order -------------------------------------------------
 
 

@@ -129,6 +129,30 @@ def test_deferred_order_blocks_further_orders_for_the_time_asked(daemon: Running
     finish(daemon, workdir, jid)
 
 
+def test_a_policy_orders_again_when_the_deferral_ends_not_at_its_next_periodic_pass(tmp_path: Path,
+                                                                                    workdir: Path) -> None:
+    # minAgree shrinks the malleable job for a waiting one; the application defers each
+    # shrink for 1 s. When the deferral ends nothing happens, yet the policy may order again:
+    # the daemon asks it then, not at its next periodic pass (here 10 minutes away).
+    d = start_daemon(tmp_path / "state", nodes=2, policy="malleable",
+                     extra=["--min-resize-interval", "0", "--schedule-interval", "600"])
+    try:
+        jid = d.submit(recorder_job(workdir, mode="defer", nodes="{ min = 1, max = 2 }", env=', DEFER = "1"'))
+        d.wait_event(jid, "grown")
+        d.submit(write_job(workdir, "waiter", f"""
+            name = "waiter"
+            command = ["{sys.executable}", "-c", "pass"]
+            nodes = 1
+            working_dir = "."
+        """))
+        info = d.wait_event(jid, "deferred", count=3, timeout=30)
+        first, _, third = [e["time"] for e in info["events"] if e["event"] == "deferred"][:3]
+        assert 2.0 <= third - first < 2.0 + 3.0, info["events"]
+        finish(d, workdir, jid)
+    finally:
+        stop_daemon(d.record)
+
+
 def test_a_deferral_the_library_sends_is_a_plain_decimal_the_daemon_takes(daemon: RunningDaemon, workdir: Path) -> None:
     """Python's `:g` wrote 0.00001 s as `1e-05`, which PROTOCOL.md forbids (plain decimals
     only) and the daemon refuses as malformed: the application's answer was lost."""

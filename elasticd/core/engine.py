@@ -363,6 +363,15 @@ class Core:
             return None
         return float(last + interval)
 
+    def orders_wait_until(self, job: Job) -> float:
+        """The instant from which time no longer keeps the policy from ordering the job: the
+        last of its resize guard's end, its deferral's end and its refusal back-off's end
+        (0 or before: none of them). A pass at that instant can order what the one before could
+        not, though no event happens then: the daemon arms one (the simulator's ideal
+        application never defers or refuses, and wakes at the guard's end)."""
+        guard = self.resize_guard_end(job)
+        return max(-math.inf if guard is None else guard, job.no_orders_until, job.refused_until)
+
     def why_no_order(self, job: Job, now: float) -> str:
         if not job.malleable_ready:
             if job.deregistered:

@@ -75,9 +75,8 @@ class DaemonConfig:
     kill_wait: float = defaults.KILL_WAIT
     order_deadline: float = defaults.ORDER_DEADLINE
     min_resize_interval: float = defaults.MIN_RESIZE_INTERVAL
-    # Policies are also run this often while jobs exist, so that time-based conditions
-    # (a deferral or a refusal's back-off ending) are acted on without waiting for the next
-    # event. A job's resize interval passing has a pass of its own at that instant (_arm_guard).
+    # Policies are also run this often while jobs exist. A job's resize interval, deferral or
+    # refusal back-off ending has a pass of its own at that instant (_arm_guard).
     schedule_interval: float = defaults.SCHEDULE_INTERVAL
     policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
     policy_config: str | None = None
@@ -117,7 +116,7 @@ class DaemonConfig:
 class _Timers:
     limits: dict[int, TimerHandle] = field(default_factory=dict)
     orders: dict[int, TimerHandle] = field(default_factory=dict)
-    # A pass when a job's resize guard ends (Core.resize_guard_end), per job.
+    # A pass when time no longer keeps the policy from ordering a job (Core.orders_wait_until).
     guards: dict[int, TimerHandle] = field(default_factory=dict)
 
 
@@ -129,9 +128,9 @@ class AppLink(Protocol):
     def pending_input(self) -> bool: ...
 
 
-# Events after which a job may have been resized (Job.last_resize set): a pass is due when
-# the policy may resize it again (Core.resize_guard_end).
-_RESIZED = (ev.GrowAnswered, ev.HostsGone)
+# Events after which time may keep the policy from ordering a job for a while (it was resized,
+# it deferred or refused an order): a pass is due when that ends (Core.orders_wait_until).
+_ORDERS_WAIT = (ev.GrowAnswered, ev.HostsGone, ev.OrderDeferred, ev.OrderRefused)
 # Events by which the application itself set its hosts or settled its order: it knows.
 _APP_OWN = (ev.ShrinkAnswered, ev.GrowAnswered, ev.HostsReleased, ev.Registered, ev.OrderRefused, ev.OrderDeferred)
 # Why the daemon changed a job's hosts, or settled its order, on its own (`hosts reason=...`).
@@ -1172,7 +1171,7 @@ class Daemon:
         if tx:
             self.core.commit()
         self._execute(actions)
-        if isinstance(event, _RESIZED):
+        if isinstance(event, _ORDERS_WAIT):
             self._arm_guard(event.job_id, event.time)
         self._tell_apps(event)
 
@@ -1489,14 +1488,15 @@ class Daemon:
         self._timers.limits[a.job_id] = self.clock.call_at(a.at, self._limit_reached, a.job_id)
 
     def _arm_guard(self, job_id: int, now: float) -> None:
-        """The job was resized now (a grow's answer, or the hosts of a shrink or a release
-        gone): a pass when the policy may resize it again, as the simulator makes one then,
-        not at the next periodic pass (up to --schedule-interval later)."""
+        """The job was resized, or deferred or refused an order, now: a pass when time no
+        longer keeps the policy from ordering it (a resize at once, as the simulator makes
+        one then; another order to an application whose deferral ended), not at the next
+        periodic pass (up to --schedule-interval later)."""
         job = self.core.jobs.get(job_id)
-        if job is None or job.last_resize != now or not job.state.holds_nodes:
+        if job is None or not job.state.holds_nodes:
             return
-        due = self.core.resize_guard_end(job)
-        if due is None:
+        due = self.core.orders_wait_until(job)
+        if due <= now:
             return
         old = self._timers.guards.pop(job_id, None)
         if old is not None:
