@@ -51,6 +51,34 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
     return ClusterGroupScheduling(config, log)
 
 
+# ---- nothing written into the repository -------------------------------------------------
+# A job file without `working_dir` runs in the submitter's directory, and its default output
+# (`elastic-%j.out`) lands there: from a test, in the repository root, where a later `git
+# add` would take it. The run fails if a test left a new file or folder there.
+_REPO = Path(__file__).resolve().parent.parent
+_ROOT_KEY = pytest.StashKey[set[str]]()
+
+
+def _root_entries() -> set[str]:
+    return {p.name for p in _REPO.iterdir() if not p.name.startswith(".")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or the only process)
+        session.config.stash[_ROOT_KEY] = _root_entries()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_ROOT_KEY, None)
+    if before is None:
+        return
+    left = sorted(_root_entries() - before)
+    if left:
+        session.config.get_terminal_writer().line(
+            f"tests left files in the repository root {_REPO}: {left} (give job files a working_dir)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = [i.nodeid for i in items if "vcluster" in getattr(i, "fixturenames", ()) and not _cluster_module(i.nodeid)]
     if misplaced:
