@@ -474,8 +474,12 @@ class JobChannel:
                 continued = list(self.hosts)
                 self._call(h.pre_grow, n)
                 self._call(h.post_grow, n, continued, new)
-                self.hosts = continued + new
-                self._answer(f"grown order={order} " + " ".join(self.hosts))
+                # The view changes once the daemon has taken the answer: a `release` made on
+                # seeing the new hosts must not reach it before `grown` (busy: order open),
+                # and a `grown` settled without (expired) leaves the hosts it then sets.
+                grown = continued + new
+                self._answer(f"grown order={order} " + " ".join(grown))
+                self.hosts = grown
         except Refuse as r:
             self._answer(f"refuse order={order} {_one_line(r.reason)}".rstrip())
         except Defer as d:
