@@ -248,8 +248,14 @@ def test_resize_hold_and_release_from_the_command_line(daemon: RunningDaemon, wo
     assert daemon.job(jid)["held"] is False
     r = daemon.cli("elasticd", "release", str(jid))
     assert r.returncode == 1 and r.stderr.strip() == f"elasticd: error: job {jid} is not held [resize_rejected]"
+    # Held again and ended so: its hold went with it, and a release says the job is over
+    # (it used to answer `released; the policy may resize it again`, exit 0).
+    assert daemon.cli("elasticd", "resize", str(jid), "3", "--hold").returncode == 0
     (workdir / "finish").touch()
     daemon.wait([jid], timeout=60)
+    r = daemon.cli("elasticd", "release", str(jid))
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.strip() == f"elasticd: error: job {jid} is COMPLETED, not running [resize_rejected]"
 
 
 def test_a_request_to_a_paused_daemon_times_out_saying_it_may_still_be_carried_out(daemon: RunningDaemon,

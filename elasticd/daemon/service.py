@@ -47,7 +47,7 @@ from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.statecheck import make_reserve, reserve_note, salvage
-from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, StateWriteError
+from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, ResizeRejected, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
@@ -861,6 +861,12 @@ class Daemon:
         self._notify()
 
     def release_hold(self, job_id: int) -> None:
+        job = self.core.job(job_id)
+        if job.state.is_final:
+            # A hold ends with its job: `released; the policy may resize it again` said of a
+            # finished job (held until it ended) would be false. Refused here, as `resize`
+            # refuses it, so that the core replays the logs that recorded such a release.
+            raise ResizeRejected(f"job {job_id} is {job.state.value}, not running")
         self._do(ev.HoldReleased(self.now(), job_id))
         self._notify()
         self._schedule_soon()
