@@ -55,6 +55,8 @@ def test_evaluate_writes_the_report_csv_and_readme_table_with_spread_and_resumes
     # Resumed with another reading of the trace: refused, naming what changed, runs kept.
     other = evaluate(out, readme, "--resume", "--max-jobs", "200")
     assert other.returncode != 0 and "max_jobs 300, now 200" in other.stderr, other.stderr
+    # Said once, not drowned in the reader's line restating it (a paragraph per trace).
+    assert "reading" not in other.stderr and "in the whole log" not in other.stderr.split("error:", 1)[1], other.stderr
     assert "Traceback" not in other.stderr
     assert len((out / "runs.jsonl").read_text().splitlines()) == 8
 

@@ -137,8 +137,12 @@ def keep_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
         for name, now in settings["traces"].items():
             was = before.get("traces", {}).get(name)
             if was is not None and was != now:
-                changed.extend(f"{name} {key} {was.get(key)!r}, now {value!r}" for key, value in now.items()
-                               if was.get(key) != value)
+                diffs = {key: value for key, value in now.items() if was.get(key) != value}
+                if len(diffs) > 1:
+                    # The reader's line only restates the option that changed (a whole
+                    # paragraph per trace, in which `max_jobs 3000, now 2000` was lost).
+                    diffs.pop("reading", None)
+                changed.extend(f"{name} {key} {was.get(key)!r}, now {value!r}" for key, value in diffs.items())
         if changed:
             raise SettingsChanged(f"{log}: its runs were made with other settings ({'; '.join(changed)}): run "
                                   "with --fresh instead of --resume to start afresh, or give another --out")
