@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_args(s)
     add_state_dir(s)
 
-    st = sub.add_parser("stop", help="end running jobs cleanly and stop the daemon")
+    st = sub.add_parser("stop", help="end running jobs cleanly, cancel pending ones, stop the daemon")
     add_state_dir(st)
 
     ss = sub.add_parser("status", help="is a daemon running; its nodes and policy")
