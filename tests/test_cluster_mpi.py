@@ -172,6 +172,29 @@ def test_two_spawn_mode_mpi_jobs_on_disjoint_nodes_of_an_allocation_run_at_once(
             stop_daemon(d.record)
 
 
+def stray_leaving_job(work: Path) -> Path:
+    """A rigid MPI job, one rank per node, each leaving a process that setsids and ignores
+    SIGTERM (its pid in work/stray-NODE)."""
+    stray = f"setsid sh -c 'trap \\\"\\\" TERM; echo $$ > {work}/stray-$(hostname); exec sleep 600' & exec sleep 600"
+    return write_job(work, "strays", f'''
+        name = "strays"
+        command = ["sh", "-c", "{stray}"]
+        nodes = 3
+        launcher = "mpi"
+        mpi = {{ ranks_per_node = 1, mpirun_args = {mpi_args()} }}
+        working_dir = "."
+        output = "strays.out"
+        time_limit = "3"
+    ''')
+
+
+def resume_node3(vc: VCluster) -> None:
+    """Slurm took node3 for down too (longer than its SlurmdTimeout): the allocations of the
+    tests that follow need it back now, not at its next registration."""
+    subprocess.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], env=vc.env(),
+                   capture_output=True, timeout=30, check=False)
+
+
 @pytest.mark.timeout(170)
 def test_what_an_mpi_job_left_on_a_node_lost_under_it_is_ended_before_the_node_is_used_again(
     vcluster: VCluster, tmp_path: Path  # noqa: F811
@@ -187,17 +210,7 @@ def test_what_an_mpi_job_left_on_a_node_lost_under_it_is_ended_before_the_node_i
         pytest.skip(reason)
     work = tmp_path / "work"
     work.mkdir()
-    stray = f"setsid sh -c 'trap \\\"\\\" TERM; echo $$ > {work}/stray-$(hostname); exec sleep 600' & exec sleep 600"
-    job = write_job(work, "strays", f'''
-        name = "strays"
-        command = ["sh", "-c", "{stray}"]
-        nodes = 3
-        launcher = "mpi"
-        mpi = {{ ranks_per_node = 1, mpirun_args = {mpi_args()} }}
-        working_dir = "."
-        output = "strays.out"
-        time_limit = "3"
-    ''')
+    job = stray_leaving_job(work)
     d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]",
                        extra=["--kill-wait", "2", "--node-timeout", "3", "--node-retry", "1"])
     try:
@@ -222,8 +235,46 @@ def test_what_an_mpi_job_left_on_a_node_lost_under_it_is_ended_before_the_node_i
     finally:
         set_link("node3", True)
         stop_daemon(d.record)
-        # Slurm took node3 for down too (longer than its SlurmdTimeout): the allocations of
-        # the tests that follow need it back now, not at its next registration.
-        subprocess.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], env=vcluster.env(),
-                       capture_output=True, timeout=30, check=False)
+        resume_node3(vcluster)
+    assert_no_job_process_left()
+
+
+@pytest.mark.timeout(170)
+def test_a_stop_that_cannot_reach_the_node_an_mpi_job_was_lost_on_names_it_and_the_next_start_ends_its_ranks(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """The same job lost with node3, then `elasticd stop` while node3 is still out of reach:
+    the stop named only nodes where the host launcher's own processes were lost (mpirun's
+    node answers), exit 0, and the next start swept node3 by ELASTIC_TAG, which the ranks
+    there do not carry: the stray ran on for good. Now the stop names node3 (exit 1) and the
+    next start ends what the run left there, found by ELASTIC_MPI_OWNER."""
+    reason = mpi_skip_reason(need_mpi4py=False)
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path / "work"
+    work.mkdir()
+    state = tmp_path / "state"
+    loss = ["--kill-wait", "2", "--node-timeout", "3", "--node-retry", "600", "--connect-timeout", "3"]
+    d = cluster_daemon(vcluster, state, "node[1-3]", extra=loss)
+    try:
+        try:
+            jid = d.submit(stray_leaving_job(work))
+            pid = read_pid(work / "stray-node3", 60)
+            set_link("node3", False)
+            d.wait([jid], timeout=60)
+            assert d.job(jid)["state"] == "NODE_FAIL", d.job(jid)
+            r = d.cli("elasticd", "stop")
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert f"could not reach node3: the processes of job {jid} there may still run" in r.stderr, r.stderr
+            assert alive(pid)
+        finally:
+            set_link("node3", True)
+        d = cluster_daemon(vcluster, state, "node[1-3]", extra=loss)
+        assert wait_until(lambda: not alive(pid), 30), f"job {jid}'s process on node3 outlived the next start"
+        assert node_states(d)["node3"] == "idle", node_states(d)
+        assert not [p for p in job_processes() if p[1] == "node3"]
+    finally:
+        set_link("node3", True)
+        stop_daemon(d.record)
+        resume_node3(vcluster)
     assert_no_job_process_left()

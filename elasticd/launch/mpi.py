@@ -188,9 +188,14 @@ class MpiLauncher:
         # launcher's, so its own sweep of a node reached again never finds them.
         self.leftovers: dict[str, set[str]] = {}
         self.base = make_base(self._base_exit, self._base_hosts_gone)
-        hooks = getattr(self.base, "clear_hooks", None)
-        if isinstance(hooks, list):
-            hooks.append(self._end_leftovers)
+        base: Any = self.base
+        if isinstance(getattr(base, "clear_hooks", None), list):  # the SSH launcher's
+            base.clear_hooks.append(self._end_leftovers)
+            base.pending_jobs.append(self._leftover_jobs)
+            base.running_elsewhere = lambda: list(self.runs)
+        # What the host launcher's sweeps find a run's ranks by, on any host, once the run is
+        # over (a node reached again, a restarted daemon): ELASTIC_MPI_OWNER=TAG/JOB.
+        self.owner = str(getattr(self.base, "tag", "") or "")
 
     def __getattr__(self, name: str) -> Any:
         # What only some host launchers have (node_states, pgids) comes from the base.
@@ -273,6 +278,7 @@ class MpiLauncher:
         run.restart_file.unlink(missing_ok=True)
         env = {
             **req.spec.env,
+            **({"ELASTIC_MPI_OWNER": f"{self.owner}/{run.job_id}"} if self.cluster and self.owner else {}),
             "ELASTIC_MPI_TAG": run.tag,
             "ELASTIC_MPI_MODE": run.mode,
             "ELASTIC_MPI_RANKS_PER_NODE": str(settings.ranks_per_node),
@@ -459,6 +465,9 @@ class MpiLauncher:
         cannot_verify = getattr(self.base, "cannot_verify", None)
         if cannot_verify is not None:
             cannot_verify(host, f"cannot verify that the MPI ranks of job {run.job_id} are gone ({why})")
+
+    def _leftover_jobs(self, host: str) -> list[int]:
+        return sorted({int(t.split("-", 1)[0]) for t in self.leftovers.get(host, set())})
 
     async def _end_leftovers(self, host: str) -> bool:
         """On a node reached again: end what runs recorded as unverified there left (SIGTERM,

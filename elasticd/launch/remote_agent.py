@@ -28,10 +28,13 @@ Roles:
   cleanup DIR [JOB...]  remove the records in DIR but those of the listed jobs (still tracked)
                         and those whose monitor still waits for its process, then DIR itself
                         and its parent once empty; print `gone`, or `kept N` (files left)
-  sweep TAG HOST WAIT [dir=DIR] [JOB...]
+  sweep TAG HOST WAIT [dir=DIR] [mpi=JOB...] [JOB...]
                         end every process on this node whose environment carries
                         ELASTIC_TAG=TAG/JOB/HOST for a JOB not listed (jobs of an earlier
-                        run of the same state directory that nobody tracks any more):
+                        run of the same state directory that nobody tracks any more), and
+                        every one in this node's network namespace carrying
+                        ELASTIC_MPI_OWNER=TAG/JOB (an MPI run's ranks, which a remote orted
+                        starts without the host's ELASTIC_TAG) for a JOB listed neither way:
                         SIGTERM, SIGKILL after WAIT s; print `ended JOB N` per job, then
                         `gone`, or `left PID...` if something survived SIGKILL. With DIR,
                         the records there of the jobs not listed are removed once their
@@ -615,19 +618,43 @@ def _signal_pids(pids: Iterable[int], sig: int) -> None:
             pass
 
 
+def _mpi_owned(prefix: bytes, keep: set[str]) -> dict[int, str]:
+    """pid -> job of the live processes in this node's network namespace whose environment
+    has PREFIX JOB: ranks carry no host in their tag, and on a machine whose nodes share
+    one process table (deploy/vcluster.sh) the namespace is the node."""
+    try:
+        me = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return {}
+    found = {}
+    for pid, job in _tagged(prefix, b"", keep).items():
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == me:
+                found[pid] = job
+        except OSError:
+            continue
+    return found
+
+
 def sweep(tag: str, host: str, wait: str, items: list[str]) -> None:
     prefix = f"ELASTIC_TAG={tag}/".encode()
     suffix = f"/{host}".encode()
+    mpi_prefix = f"ELASTIC_MPI_OWNER={tag}/".encode()
     status_dir = next((i[len("dir="):] for i in items if i.startswith("dir=")), None)
-    kept = {i for i in items if not i.startswith("dir=")}
-    first = _tagged(prefix, suffix, kept)
+    kept = {i for i in items if not i.startswith(("dir=", "mpi="))}
+    kept_mpi = kept | {i[len("mpi="):] for i in items if i.startswith("mpi=")}
+
+    def tagged() -> dict[int, str]:
+        return {**_mpi_owned(mpi_prefix, kept_mpi), **_tagged(prefix, suffix, kept)}
+
+    first = tagged()
     if first:
         _signal_pids(first, signal.SIGTERM)
         deadline = time.monotonic() + float(wait)
-        while _tagged(prefix, suffix, kept) and time.monotonic() < deadline:
+        while tagged() and time.monotonic() < deadline:
             time.sleep(0.02)
         for _ in range(100):
-            left = _tagged(prefix, suffix, kept)
+            left = tagged()
             if not left:
                 break
             _signal_pids(left, signal.SIGKILL)
@@ -636,7 +663,7 @@ def sweep(tag: str, host: str, wait: str, items: list[str]) -> None:
     for job in first.values():
         counts[job] = counts.get(job, 0) + 1
     lines = [f"ended {job} {n}" for job, n in sorted(counts.items())]
-    left = _tagged(prefix, suffix, kept)
+    left = tagged()
     if status_dir is not None:
         # The monitors of the processes just ended write their records a moment later.
         _drop_records(status_dir, kept, 2.0 if first else 0.0)

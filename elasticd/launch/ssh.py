@@ -318,6 +318,12 @@ class SSHLauncher:
         # ranks, found by their run's tag, that it could not verify gone while the node was
         # out of reach); each says whether that is done.
         self.clear_hooks: list[Callable[[str], Awaitable[bool]]] = []
+        # The jobs whose processes those hooks are still to end on a node (named by a stop
+        # that cannot reach it), and the jobs a sweep keeps besides those with a process of
+        # this launcher on the node: the MPI layer's running runs, whose ranks carry
+        # ELASTIC_MPI_OWNER=tag/job on whatever host they run (swept once the run is over).
+        self.pending_jobs: list[Callable[[str], Collection[int]]] = []
+        self.running_elsewhere: Callable[[], Collection[int]] = tuple
 
     # ---- life cycle ---------------------------------------------------------------------
     async def start(self, hosts: list[str]) -> None:
@@ -778,7 +784,7 @@ class SSHLauncher:
         state directory ends them (its sweep, by their tag) once it reaches the node. Not the
         nodes in SKIP (tried already by this stop)."""
         lost = [h for h, link in self._links.items()
-                if not link.up and not link.retired and link.orphans and h not in skip]
+                if not link.up and not link.retired and (link.orphans or self._pending(h)) and h not in skip]
         if not lost:
             return {}
         # The connect is bounded on its own (its thread cannot be interrupted, and the daemon
@@ -794,11 +800,14 @@ class SSHLauncher:
             link = self._links[host]
             why = ("timed out" if isinstance(r, TimeoutError) else str(r) if isinstance(r, BaseException)
                    else "what is left there could not be verified ended")
-            unreached[host] = sorted({int(t.split(".", 1)[0]) for t in link.orphans})
+            unreached[host] = sorted({int(t.split(".", 1)[0]) for t in link.orphans} | set(self._pending(host)))
             log.error("stopping: could not reach node %s (%s): the processes of job(s) %s there (process groups %s) "
                       "may still run; the next start on this state directory ends them once it reaches the node",
                       host, why, ",".join(map(str, unreached[host])), ",".join(map(str, sorted(link.orphans.values()))))
         return unreached
+
+    def _pending(self, host: str) -> set[int]:
+        return {j for f in self.pending_jobs for j in f(host)}
 
     async def _reach_at_stop(self, host: str, connect_timeout: float) -> bool:
         link = self._links[host]
@@ -889,6 +898,7 @@ class SSHLauncher:
         link = self._links[host]
         ids = [str(j) for j, job in sorted(self._jobs.items())
                if host in job.procs and not job.procs[host].lost and not job.procs[host].released]
+        ids += [f"mpi={j}" for j in sorted(self.running_elsewhere())]
         try:
             lines = await self._call(host, "sweep", [self.tag, host, f"{self.kill_wait:g}", f"dir={link.status_dir}", *ids],
                                      timeout=self.kill_wait + 5 + self.options.call_timeout)
