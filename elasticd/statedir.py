@@ -6,6 +6,7 @@ nobody else on a shared login node may read it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from elasticd import defaults
-from elasticd.errors import DaemonNotRunning, InsecureSecret
+from elasticd.errors import DaemonNotRunning, ElasticError, InsecureSecret
 
 DAEMON_FILE = "daemon.json"
 LOG_FILE = "daemon.log"
@@ -92,6 +93,49 @@ def remove_record(path: Path, pid: int) -> None:
     rec = read_record(path)
     if rec is not None and rec.pid == pid:
         (path / DAEMON_FILE).unlink(missing_ok=True)
+
+
+def hold(path: Path) -> int:
+    """Take the state directory for this process (an exclusive lock on the directory
+    itself, held until the process ends: a killed daemon leaves no stale lock). The file
+    descriptor is returned, to be kept open; ElasticError when another process holds it.
+
+    Why not daemon.json alone: that file can be removed (by hand, a cleanup script) while its
+    daemon runs. A second daemon started on the same directory then took over the journal
+    and the running jobs of the first: each ended the other's jobs, and a job the second
+    reported cancelled was started again by the first. The lock needs no room on the disk
+    (nothing is written), so a full or read-only file system does not keep a daemon from it."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by job processes (O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        holder = holder_pid(path)
+        who = f"pid {holder}" if holder is not None else "its pid unknown"
+        raise ElasticError(
+            f"a daemon is already running for {path} ({who}), though its {DAEMON_FILE} "
+            f"{'is gone' if read_record(path) is None else 'names another process'}; "
+            "stop that one first (kill -TERM PID ends its jobs and exits), or use another --state-dir"
+        ) from None
+    return fd
+
+
+def holder_pid(path: Path) -> int | None:
+    """The pid holding `hold`'s lock on the state directory (Linux: /proc/locks), if any."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    inode = f":{st.st_ino}"
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 14476 00:2f:12345 0 EOF" ("->" marks a waiter)
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].endswith(inode):
+            major, minor = (int(x, 16) for x in parts[5].split(":")[:2])
+            if os.makedev(major, minor) == st.st_dev and parts[4].isdigit():
+                return int(parts[4])
+    return None
 
 
 def pid_alive(pid: int) -> bool:

@@ -48,7 +48,7 @@ from elasticd.client import ControlClient
 from elasticd.daemonctl import cluster_for, start_detached, tuning_args
 from elasticd.errors import DaemonNotRunning, ElasticError
 from elasticd.policies import POLICIES
-from elasticd.statedir import LOG_FILE, DaemonRecord, default_state_dir, pid_alive, prepare, running_daemon
+from elasticd.statedir import LOG_FILE, DaemonRecord, default_state_dir, hold, pid_alive, prepare, running_daemon
 
 
 def _count(text: str) -> int:
@@ -200,6 +200,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     else:
         return fail("elasticd", f"a daemon is already running for {state_dir} (pid {rec.pid}); "
                     "stop it with `elasticd stop` or use another --state-dir")
+    # Its daemon.json may be gone while it runs: the lock on the directory says so all the same.
+    held = hold(state_dir)
+    if not args.foreground:
+        os.close(held)  # the daemon started below takes it (and refuses if another came between)
     from elasticd.daemon.statecheck import check, room_to_start
 
     # A full disk is named as such, before anything reads it as damage; a daemon's restart on

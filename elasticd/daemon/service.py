@@ -52,7 +52,15 @@ from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
-from elasticd.statedir import DaemonRecord, new_secret, remove_record, state_tag, write_record
+from elasticd.statedir import (
+    DAEMON_FILE,
+    DaemonRecord,
+    new_secret,
+    read_record,
+    remove_record,
+    state_tag,
+    write_record,
+)
 
 log = logging.getLogger("elasticd")
 
@@ -278,6 +286,8 @@ class Daemon:
         self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
         self.stop_unreached: str | None = None  # nodes where the stop could not end what jobs left
         self.stop_not_ended: str | None = None  # jobs the stop did not see end, and what comes of them
+        self._record: DaemonRecord | None = None  # what daemon.json says, kept written (_keep_record)
+        self._record_unwritten = False
 
     def now(self) -> float:
         return self.clock.now()
@@ -324,20 +334,18 @@ class Daemon:
             self.journal.save_meta({"control_port": str(cport), "app_port": str(aport)})
         await self._recover()
         self.persist()
-        write_record(
-            cfg.state_dir,
-            DaemonRecord(
-                pid=os.getpid(),
-                control_host=chost,
-                control_port=cport,
-                app_host=ahost,
-                app_port=aport,
-                secret=self.secret,
-                version=__version__,
-                started_at=self.started_at,
-                kill_wait=cfg.kill_wait,
-            ),
+        self._record = DaemonRecord(
+            pid=os.getpid(),
+            control_host=chost,
+            control_port=cport,
+            app_host=ahost,
+            app_port=aport,
+            secret=self.secret,
+            version=__version__,
+            started_at=self.started_at,
+            kill_wait=cfg.kill_wait,
         )
+        write_record(cfg.state_dir, self._record)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, lambda: self._spawn(self.stop(), "stop-on-signal"))
@@ -873,10 +881,34 @@ class Daemon:
 
     def _tick(self) -> None:
         self._tick_handle = self.clock.call_at(self.now() + self.config.schedule_interval, self._tick)
+        self._keep_record()
         if self.core.pending_ids or self.core.active_ids:
             self._schedule_soon()
         elif self.write_error is not None:
             self._persist_soon()  # what is held in memory is saved once the disk has room
+
+    def _keep_record(self) -> None:
+        """Write daemon.json again when it is gone or names another process (removed by hand
+        or by a cleanup while the daemon runs): without it no tool finds the daemon, and
+        `elasticd stop` cannot stop it. Tried at each tick until it can be written."""
+        rec = self._record
+        if rec is None or self.stopping:
+            return
+        found = read_record(self.config.state_dir)
+        if found == rec:
+            return
+        try:
+            write_record(self.config.state_dir, rec)
+        except OSError as exc:
+            if not self._record_unwritten:  # once, not at every tick
+                log.error("%s/%s is %s and cannot be written again (%s): the tools cannot find this daemon",
+                          self.config.state_dir, DAEMON_FILE, "gone" if found is None else "another daemon's",
+                          exc.strerror or exc)
+            self._record_unwritten = True
+            return
+        self._record_unwritten = False
+        log.warning("%s/%s was %s while this daemon ran: written again", self.config.state_dir, DAEMON_FILE,
+                    "removed" if found is None else "replaced")
 
     # ---- nodes (cluster mode) ------------------------------------------------------------
     def node_down(self, host: str, why: str) -> None:
