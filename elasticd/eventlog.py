@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,11 @@ class EventLogWriter:
         self._rest = b""  # the part of a write the disk refused (its start is in the file)
         self._tail_checked = False  # whether the file's last line was seen to be whole
         self._seq = 0
+        self._header: dict[str, Any] | None = None  # this start's segment header
+        self._file: tuple[int, int] | None = None  # the file written last (device, inode)
+        # Set when the file was found removed or replaced (what was done, for the daemon's
+        # log and `elasticd status`); cleared by whoever reports it.
+        self.lost: str | None = None
 
     def resume(self, journal_seq: int) -> None:
         """Number records on from the journal's `log_seq`, or from the file's last number
@@ -92,7 +98,8 @@ class EventLogWriter:
 
     def start(self, header: dict[str, Any]) -> None:
         """Open a new segment (written with the next flush)."""
-        self._buffer.append(_line({"type": "start", "format": FORMAT, **header}))
+        self._header = {"type": "start", "format": FORMAT, **header}
+        self._buffer.append(_line(self._header))
 
     def add(self, event: Event, actions: list[Action]) -> None:
         self._seq += 1
@@ -115,6 +122,7 @@ class EventLogWriter:
         next try (the rest of a line the disk cut short included: finished, not repeated)."""
         if not self._buffer and not self._rest:
             return
+        cut = bool(self._rest)
         data = self._rest + "".join(self._buffer).encode()
         self._rest = b""
         self._buffer.clear()
@@ -122,6 +130,10 @@ class EventLogWriter:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                st = os.fstat(fd)
+                if self._file is not None and (st.st_dev, st.st_ino) != self._file:
+                    fd, data = self._begin_again(fd, st.st_size, data, cut)
+                    view = memoryview(data)
                 if not self._tail_checked:
                     size = os.fstat(fd).st_size
                     if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -133,11 +145,43 @@ class EventLogWriter:
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
+                st = os.fstat(fd)
+                self._file = (st.st_dev, st.st_ino)
             finally:
                 os.close(fd)
         except OSError as exc:
             self._rest = bytes(view)
             raise EventLogError(f"{self.path}: cannot append to the event log: {exc.strerror or exc}") from None
+
+    def _begin_again(self, fd: int, size: int, data: bytes, cut: bool) -> tuple[int, bytes]:
+        """The file at the path is not the one written before: that one was removed (by hand,
+        a cleanup, the state directory removed or moved away) or replaced while the daemon
+        ran. Appending records there as they come made a file of events without a segment
+        header, which no reader takes (`eacct`: an event before any start record), even
+        after a restart; or, added to another file, a history that is not this run's. A new
+        file is begun instead, with a header that says the history before it is lost (replay
+        and eacct name that), and a file found in its place is moved aside as
+        events.jsonl.replaced-TIME. Returns the descriptor to write and what to write."""
+        assert self._header is not None
+        what = "removed"
+        if size:
+            aside = self.path.with_name(f"{LOG_FILE}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
+            os.rename(self.path, aside)
+            new = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            os.close(fd)
+            fd = new
+            what = f"replaced (kept as {aside})"
+        # The new file from now on: a write it cuts short is finished there, not begun again.
+        st = os.fstat(fd)
+        self._file = (st.st_dev, st.st_ino)
+        if cut and b"\n" in data:
+            data = data[data.index(b"\n") + 1:]  # the end of a line begun in the file that is gone
+        self._tail_checked = True
+        first = self._seq - data.count(b"\n") + 1  # the first record written to the new file
+        self.lost = (f"the event log {self.path} was {what} while the daemon ran: the history before record "
+                     f"{first} is lost; a new one was begun")
+        header = {**self._header, "recovered": True, "history_lost": self.lost}
+        return fd, _line(header).encode() + data
 
 
 def _line(record: dict[str, Any]) -> str:

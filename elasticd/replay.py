@@ -63,7 +63,9 @@ def core_for(header: dict[str, Any], previous: Core | None) -> Core:
     jobs: list[Job] = []
     if header.get("recovered"):
         if previous is None:
-            raise ReplayDiverged("the log starts with a recovered daemon: the run before it is not in the log")
+            lost = header.get("history_lost")  # the daemon found its log removed while it ran
+            raise ReplayDiverged(f"the log starts with a recovered daemon: the run before it is not in the log"
+                                 f"{f' ({lost})' if lost else ''}")
         # Copied through the journal's own record format, as the real daemon read them.
         jobs = [restore_job(j.job_id, j.spec, json.loads(json.dumps(job_state(j)))) for j in previous.jobs.values()]
     # At every start, not only a recovery: the daemon takes its next job and order ids from the

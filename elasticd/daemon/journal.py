@@ -28,9 +28,11 @@ to trade that speed for power-loss safety.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,21 @@ CREATE TABLE IF NOT EXISTS job_values (job_id INTEGER NOT NULL, key TEXT NOT NUL
 """
 
 
+_UNSEEN = (-1, -1)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """Which file is at `path` (None: none); one that cannot be looked at is taken to be in
+    place (the commit then says what is wrong, if anything)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return _UNSEEN
+    return (st.st_dev, st.st_ino)
+
+
 @dataclass
 class Saved:
     """What a previous daemon left: rows as stored, for the daemon to rebuild from."""
@@ -75,21 +92,75 @@ class Journal:
         self.path = state_dir / JOURNAL_FILE
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # secrets inside: owner only
         os.close(fd)
-        try:
-            # isolation_level=None: transactions are begun and committed here, explicitly.
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            sync = os.environ.get("ELASTIC_JOURNAL_SYNC", "NORMAL").upper()
-            if sync not in ("NORMAL", "FULL"):
-                raise JournalError(f"ELASTIC_JOURNAL_SYNC must be NORMAL or FULL, not {sync!r}")
-            self._db.execute(f"PRAGMA synchronous={sync}")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot open the journal {self.path}: {exc}") from None
+        self._db = self._connect()
+        self._file = _file_id(self.path)  # the file the connection writes: still at the path?
         self._known: set[int] = set()  # job ids whose spec is stored
         self._meta: dict[str, str] = {}
         self._in_tx = False
         self._saved: tuple[set[int], dict[str, str]] = (set(), {})
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: transactions are begun and committed here, explicitly.
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            sync = os.environ.get("ELASTIC_JOURNAL_SYNC", "NORMAL").upper()
+            if sync not in ("NORMAL", "FULL"):
+                raise JournalError(f"ELASTIC_JOURNAL_SYNC must be NORMAL or FULL, not {sync!r}")
+            db.execute(f"PRAGMA synchronous={sync}")
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open the journal {self.path}: {exc}") from None
+        return db
+
+    def ensure_in_place(self) -> str | None:
+        """Before a commit: the journal file the connection writes must still be the one at
+        its path. One removed (by hand, a cleanup, the state directory removed or moved away)
+        or replaced while the daemon runs took every commit since into a file no later start
+        reads: submissions were acknowledged and lost at the next restart. Written again here
+        from the connection's own copy (every committed row; the file it replaced, if any, is
+        moved aside as journal.db.replaced-TIME), and what was done is returned for the log;
+        StateWriteError when it cannot be (nothing is committed until it can)."""
+        if self._in_tx:
+            return None
+        found = _file_id(self.path)
+        if found == self._file or found == _UNSEEN:
+            return None
+        what = "removed" if found is None else "replaced"
+        folder = self.path.parent
+        tmp = folder / (JOURNAL_FILE + ".restore")
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp.unlink(missing_ok=True)
+            self._db.execute("VACUUM INTO ?", (str(tmp),))  # the rows as committed, WAL included
+            os.chmod(tmp, 0o600)
+            aside = None
+            if found is not None:
+                aside = folder / f"{JOURNAL_FILE}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.lexists(f"{self.path}{suffix}"):
+                        os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+        except (OSError, sqlite3.Error) as exc:
+            tmp.unlink(missing_ok=True)
+            raise StateWriteError(f"cannot save to {folder}: its journal {self.path} was {what} while the daemon "
+                                  f"ran and cannot be written again: {getattr(exc, 'strerror', None) or exc}") from None
+        # The old connection's close checkpoints into the file no one reads now and removes
+        # its WAL by name: done before the new journal is put in place, so it is not the new
+        # one's WAL that goes.
+        self._db.close()
+        for suffix in ("-wal", "-shm"):
+            # Any WAL left at the path now is not the new journal's: SQLite would apply it
+            # to it (a WAL does not name its database).
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self.path}{suffix}")
+        try:
+            os.replace(tmp, self.path)
+        except OSError as exc:  # in the folder VACUUM INTO just wrote: not seen to happen
+            raise StateWriteError(f"cannot save to {folder}: its journal {self.path} was {what} while the daemon "
+                                  f"ran and cannot be put back: {exc.strerror or exc}") from None
+        self._db = self._connect()
+        self._file = _file_id(self.path)
+        return f"{what}{f' (kept as {aside})' if aside is not None else ''}"
 
     def load(self) -> Saved:
         db = self._db

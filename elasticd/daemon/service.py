@@ -515,6 +515,10 @@ class Daemon:
             return
         changed = self.core.take_changed()
         try:
+            restored = j.ensure_in_place()
+            if restored is not None:
+                log.error("the journal %s was %s while the daemon ran: written again from the daemon's copy of "
+                          "it (%d job(s))", j.path, restored, len(self.core.jobs))
             if changed:
                 j.save_jobs(changed)
             j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
@@ -571,6 +575,10 @@ class Daemon:
         except EventLogError as exc:
             log.error("%s (%d record(s) kept, retried at the next commit)", exc, self.event_log.pending)
             return False
+        finally:
+            if self.event_log.lost is not None:
+                log.error("%s", self.event_log.lost)
+                self.event_log.lost = None
         return True
 
     def _persist_soon(self) -> None:
