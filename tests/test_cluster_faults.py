@@ -3,7 +3,8 @@ each found from outside: the daemon paused longer than the node timeout, a node 
 (where the node monitors record the job's processes) is full, a restart with a node
 that cannot be reached while a malleable job could grow onto it, processes that leave the
 job's process group, a stop soon after a node loss (before the node is retried), and a grow
-refused while its processes were still being started. Needs root and the packages, as
+refused while its processes were still being started, and a stop while a grow's start waits on a
+silent node. Needs root and the packages, as
 tests/test_cluster_vcluster.py."""
 
 from __future__ import annotations
@@ -385,4 +386,41 @@ def test_a_grow_refused_while_its_processes_start_frees_its_nodes_only_once_they
             set_link(slow, True)
         if d is not None:
             stop_daemon(d.record)
+    assert_no_job_process_left()
+
+
+# ---- a stop while a grow waits on a node that went silent ---------------------------------
+@pytest.mark.timeout(150)
+def test_a_stop_while_a_grow_waits_on_a_silent_node_ends_the_grows_process_already_started_elsewhere(
+    vcluster: VCluster, tmp_path: Path  # noqa: F811
+) -> None:
+    """A malleable job on one node grows onto the two others; one of them has gone silent, so
+    the grow's start waits there while its process on the other runs already; then
+    `elasticd stop`. The launcher ended a launch's processes only once all of its hosts had
+    answered, which the stop does not wait for: the grow's process ran on after the stop,
+    on a node that answers, until a next start. Now a terminate ends each as soon as it
+    exists."""
+    work = tmp_path / "work"
+    work.mkdir()
+    d = cluster_daemon(vcluster, tmp_path / "state", "node[1-3]", extra=["--node-timeout", "30", "--kill-wait", "2"])
+    slow = ""
+    try:
+        rec = d.submit(recorder_job(work, "{ min = 1, max = 3, preferred = 1 }"))
+        info = d.wait_event(rec, "registered", timeout=30)
+        if len(info["hosts"]) > 1:  # the policy started it larger: make room for the grow
+            assert d.cli("elasticd", "resize", str(rec), "1").returncode == 0
+            info = d.wait_event(rec, "shrunk", timeout=30)
+        fast, slow = [n for n in NODES if n not in info["hosts"]]
+        set_link(slow, False)
+        assert d.cli("elasticd", "resize", "--no-wait", str(rec), "3").returncode == 0
+        joining = read_pid(work / f"pid-{fast}-joining", 60)
+        assert node_states(d)[slow] != "down", "the node was declared down before the stop; raise --node-timeout"
+        r = d.cli("elasticd", "stop")
+        assert not alive(joining), f"the grow's process on {fast} outlived `elasticd stop` ({r.stdout}{r.stderr})"
+        if r.returncode != 0:  # the start on the silent node was still pending: the job is named
+            assert f"job(s) {rec} not seen ending" in r.stderr, r.stderr
+    finally:
+        if slow:
+            set_link(slow, True)
+        stop_daemon(d.record)
     assert_no_job_process_left()

@@ -267,6 +267,10 @@ class _SSHJob:
     # Ended (cancel, limit, failure) while some of its processes were still being started:
     # those are ended as soon as they exist, or they would run on untracked.
     terminating: bool = False
+    # Started by a launch still waiting for its other hosts (a node that does not answer):
+    # by host, ended at once by a terminate, not once the whole launch is settled (a stop
+    # does not wait for that, and left them running).
+    early: dict[str, _RemoteProc] = field(default_factory=dict)
 
 
 class SSHLauncher:
@@ -426,17 +430,24 @@ class SSHLauncher:
                 self._jobs.pop(req.job_id, None)
             raise LaunchError(f"node(s) down: {','.join(down)}")
         job.starting += 1
+
+        async def spawn(h: str) -> _RemoteProc:
+            p = await self._spawn_one(req, h, req.all_hosts.index(h), hostfile, workdir)
+            job.early[h] = p
+            if job.terminating:
+                await self._end_procs([p], 0.0, self.kill_wait)
+            return p
+
         try:
-            results = await asyncio.gather(
-                *(self._spawn_one(req, h, req.all_hosts.index(h), hostfile, workdir) for h in req.hosts),
-                return_exceptions=True,
-            )
+            results = await asyncio.gather(*(spawn(h) for h in req.hosts), return_exceptions=True)
         finally:
             job.starting -= 1
+            for h in req.hosts:
+                job.early.pop(h, None)
         started = [r for r in results if isinstance(r, _RemoteProc)]
         failed = [(h, r) for h, r in zip(req.hosts, results) if not isinstance(r, _RemoteProc)]
         if failed:
-            await self._end_procs(started, 0.0, 0.5)
+            await self._end_procs([p for p in started if not p.finished], 0.0, 0.5)
             for p in started:
                 self._tokens.pop(p.token, None)
                 self._spawning.discard(p.token)
@@ -462,7 +473,7 @@ class SSHLauncher:
             job.procs[p.host] = p
             self._spawning.discard(p.token)
             early = self._early_exits.pop(p.token, None)
-            if early is not None:
+            if early is not None and not p.finished:  # (finished: ended here, by a terminate)
                 p.finished, p.code, p.signal = True, early[0], early[1]
                 self._join_failed(job, p)
         if job.terminating:
@@ -524,7 +535,9 @@ class SSHLauncher:
         if job is None:
             return
         job.terminating = True
-        await self._end_procs([job.procs[h] for h in hosts if h in job.procs], 0.0, self.kill_wait, passes_on)
+        procs = [job.procs[h] for h in hosts if h in job.procs]
+        procs += [p for h, p in job.early.items() if h in hosts and h not in job.procs and not p.finished]
+        await self._end_procs(procs, 0.0, self.kill_wait, passes_on)
         self._maybe_done(job)
 
     async def _end_procs(self, procs: list[_RemoteProc], grace: float, wait: float, passes_on: bool = False) -> None:
