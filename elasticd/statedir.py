@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass
@@ -108,15 +109,21 @@ def hold(path: Path) -> int:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by job processes (O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         os.close(fd)
         holder = holder_pid(path)
         who = f"pid {holder}" if holder is not None else "its pid unknown"
         raise ElasticError(
             f"a daemon is already running for {path} ({who}), though its {DAEMON_FILE} "
             f"{'is gone' if read_record(path) is None else 'names another process'}; "
-            "stop that one first (kill -TERM PID ends its jobs and exits), or use another --state-dir"
+            f"stop that one first (`kill -TERM {holder if holder is not None else 'PID'}` ends its jobs and exits; "
+            "it also writes the file again within its schedule interval), or use another --state-dir"
         ) from None
+    except OSError as exc:
+        # A file system that cannot lock a directory (NFS turns flock into a POSIX lock,
+        # which a directory opened for reading cannot take: EBADF; ENOLCK without a lock
+        # daemon): no worse than before the lock, daemon.json alone says who runs.
+        logging.getLogger("elasticd").debug("state directory %s cannot be locked (%s)", path, exc.strerror or exc)
     return fd
 
 

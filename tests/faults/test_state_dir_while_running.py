@@ -127,3 +127,21 @@ def test_an_event_log_removed_while_the_daemon_runs_is_begun_again_with_a_header
     assert r.returncode == 0, r.stderr
     d2 = start(daemons, state, nodes=1)  # the log it left is one a start reads
     assert d2.submit(sleeper(work, "third", 0.1)) > second
+
+
+def test_a_state_directory_on_a_file_system_that_cannot_lock_it_is_taken_all_the_same(tmp_path, monkeypatch) -> None:
+    """NFS turns flock into a POSIX lock, which a directory opened for reading cannot take
+    (EBADF), and without a lock daemon gives ENOLCK: a home directory there must not read as a
+    running daemon. Only a lock another process holds refuses the start."""
+    import errno
+    import fcntl
+    import os
+
+    from elasticd import statedir
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    fd = statedir.hold(tmp_path)
+    os.close(fd)
