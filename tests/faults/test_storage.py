@@ -154,11 +154,11 @@ def test_a_damaged_or_missing_journal_is_refused_and_salvaged_without_losing_ids
                                             or "damaged" in r.stderr or "holds no job" in r.stderr), r.stderr
     r = cli(state, "elasticd", "start", "--local", "1", "--salvage")
     assert r.returncode == 0, r.stderr
+    daemons.append(type(d)(state, json_record(state), 1))  # stopped by the fixture, whatever fails below
     # The start says what the salvage did (the journal was removed: all rebuilt from the event
     # log), not only its log.
     assert f"salvage: 0 job(s) from the journal's readable rows; {len(pending) + 1} rebuilt from the event log" \
         in r.stdout, r.stdout
-    daemons.append(type(d)(state, json_record(state), 1))
     jobs = queue(state)
     # Rebuilt from the event log: every job, its state as last recorded; ids go on.
     assert set(pending) <= set(jobs) and done in jobs
