@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from elasticd.core.actions import Action
 from elasticd.core.codec import action_to_dict, event_to_dict
 from elasticd.core.events import Event
 from elasticd.errors import ElasticError
+from elasticd.statedir import move_aside
 
 LOG_FILE = "events.jsonl"
 FORMAT = 1
@@ -165,8 +165,7 @@ class EventLogWriter:
         assert self._header is not None
         what = "removed"
         if size:
-            aside = self.path.with_name(f"{LOG_FILE}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
-            os.rename(self.path, aside)
+            aside = move_aside([self.path], "replaced")[0]
             new = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             os.close(fd)
             fd = new

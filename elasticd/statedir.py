@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import secrets
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -94,6 +95,21 @@ def remove_record(path: Path, pid: int) -> None:
     rec = read_record(path)
     if rec is not None and rec.pid == pid:
         (path / DAEMON_FILE).unlink(missing_ok=True)
+
+
+def move_aside(files: list[Path], why: str) -> list[Path]:
+    """Keep files of the state directory that must not be read again, but must not be lost
+    either (a damaged journal, a file found where the daemon's own was), beside them: each
+    that exists renamed NAME.WHY-STAMP, one stamp for all (a journal and its WAL stay a
+    pair). The new paths, in order; OSError from the first rename that fails."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = []
+    for f in files:
+        if os.path.lexists(f):
+            dest = f.with_name(f"{f.name}.{why}-{stamp}")
+            os.rename(f, dest)
+            kept.append(dest)
+    return kept
 
 
 def hold(path: Path) -> int:

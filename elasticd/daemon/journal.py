@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 from elasticd.core.job import Job
 from elasticd.core.record import job_state
 from elasticd.errors import JournalError, StateWriteError
+from elasticd.statedir import move_aside
 
 JOURNAL_FILE = "journal.db"
 SCHEMA_VERSION = "1"
@@ -59,6 +59,11 @@ CREATE TABLE IF NOT EXISTS job_values (job_id INTEGER NOT NULL, key TEXT NOT NUL
 
 
 _UNSEEN = (-1, -1)
+
+
+def journal_files(path: Path) -> list[Path]:
+    """The journal and the files SQLite keeps beside it (its WAL and the WAL's index)."""
+    return [path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))]
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
@@ -134,12 +139,7 @@ class Journal:
             tmp.unlink(missing_ok=True)
             self._db.execute("VACUUM INTO ?", (str(tmp),))  # the rows as committed, WAL included
             os.chmod(tmp, 0o600)
-            aside = None
-            if found is not None:
-                aside = folder / f"{JOURNAL_FILE}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.lexists(f"{self.path}{suffix}"):
-                        os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+            aside = move_aside(journal_files(self.path), "replaced")[0] if found is not None else None
         except (OSError, sqlite3.Error) as exc:
             tmp.unlink(missing_ok=True)
             raise StateWriteError(f"cannot save to {folder}: its journal {self.path} was {what} while the daemon "
@@ -148,11 +148,11 @@ class Journal:
         # its WAL by name: done before the new journal is put in place, so it is not the new
         # one's WAL that goes.
         self._db.close()
-        for suffix in ("-wal", "-shm"):
+        for f in journal_files(self.path)[1:]:
             # Any WAL left at the path now is not the new journal's: SQLite would apply it
             # to it (a WAL does not name its database).
             with contextlib.suppress(OSError):
-                os.unlink(f"{self.path}{suffix}")
+                os.unlink(f)
         try:
             os.replace(tmp, self.path)
         except OSError as exc:  # in the folder VACUUM INTO just wrote: not seen to happen

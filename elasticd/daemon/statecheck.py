@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from elasticd.core.record import job_state
-from elasticd.daemon.journal import JOURNAL_FILE, LOG_SEQ
+from elasticd.daemon.journal import JOURNAL_FILE, LOG_SEQ, journal_files
 from elasticd.errors import JournalError
 from elasticd.eventlog import LOG_FILE, last_seq, records_from_end
+from elasticd.statedir import move_aside
 
 
 class DamagedState(JournalError):
@@ -429,13 +429,7 @@ def salvage(state_dir: Path) -> Salvage:
                 from None
         raise JournalError(f"salvage: cannot write the rebuilt journal in {state_dir}: {exc}; nothing was moved "
                            "aside") from None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for suffix in ("", "-wal", "-shm"):
-        f = Path(str(journal) + suffix)
-        if f.exists():
-            dest = f.with_name(f"{f.name}.damaged-{stamp}")
-            f.rename(dest)
-            out.kept_as.append(dest.name)
+    out.kept_as.extend(p.name for p in move_aside(journal_files(journal), "damaged"))
     rebuilt.rename(journal)  # checkpointed and closed by _write: one file, no WAL beside
     return out
 
