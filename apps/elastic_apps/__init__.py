@@ -2,7 +2,7 @@
 
     from elastic_apps import JobChannel, MalleableHandler
 
-    class Handler(MalleableHandler):
+    class Handler(MalleableHandler):     # every hook is optional
         def pre_shrink(self, n): ...          # -> list of hosts to give back
         def post_grow(self, n, continued, new): ...
 
@@ -10,6 +10,11 @@
     job.register(Handler())          # the job is malleable from here on
     ...
     job.disable()                    # before the final phase: no more orders
+    job.close()
+
+    on_leaving(lambda reason: ...)   # any process: its last word before the daemon ends it
+
+docs/APP_GUIDE.md is the guide.
 """
 
 from elastic_apps.channel import JobChannel
@@ -23,8 +28,11 @@ from elastic_apps.errors import (
     Refuse,
 )
 from elastic_apps.handler import MalleableHandler
+from elastic_apps.leaving import ENDING, REMOVED, on_leaving
 
 __all__ = [
+    "ENDING",
+    "REMOVED",
     "ChannelClosed",
     "DaemonRefused",
     "Defer",
@@ -35,4 +43,5 @@ __all__ = [
     "NotInJob",
     "Refuse",
     "job_env",
+    "on_leaving",
 ]

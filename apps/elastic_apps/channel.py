@@ -18,6 +18,7 @@ is refused (the daemon is restarting) is retried the same way.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -51,6 +52,12 @@ _ANSWER_VERBS = ("shrunk", "grown", "refuse", "defer")
 _ORDER_GONE = ("expired", "unknown_order")
 
 
+# Set while a handler's hook runs (on the order thread, or, for `async def` hooks, in their
+# task on the application's loop, which inherits it): a call that would wait for the order
+# in hand to be answered must not wait there.
+_IN_HOOK: contextvars.ContextVar[bool] = contextvars.ContextVar("elastic_in_hook", default=False)
+
+
 def _reconnect_window() -> float:
     try:
         return max(0.0, float(os.environ.get("ELASTIC_RECONNECT_SECONDS", "120")))
@@ -59,6 +66,14 @@ def _reconnect_window() -> float:
 
 
 class JobChannel:
+    """The job's connection to the daemon; the leader's registers a handler.
+
+    `hosts` is the job's host list as the daemon has confirmed it (module handler: what it
+    holds in each hook); `env` is what the process learnt from its environment
+    (`env.job_id`, `env.host`, `env.is_leader`, ...). Close it with `close()` (or use it in
+    a `with` block) when the process no longer needs the daemon.
+    """
+
     def __init__(self, env: JobEnv | None = None, timeout: float = 30.0) -> None:
         self.env = env or job_env()
         self.timeout = timeout
@@ -129,6 +144,10 @@ class JobChannel:
         return host
 
     def close(self) -> None:
+        """Close the connection for good: no reconnection, and every later call raises
+        ChannelClosed. It does not deregister: a registered job whose connection closes is
+        rigid again (it keeps its nodes), so a leader calls `disable()` first. A process's
+        exit closes it too; closing twice is harmless."""
         if self._sock is not None and not self._closed.is_set():
             self._closed.set()
             self._connected.set()  # wake a request waiting for a reconnection: it fails
@@ -183,11 +202,30 @@ class JobChannel:
             log.warning("elastic: could not deregister (%s); going on without the daemon", exc)
 
     def request_grow(self, n: int) -> None:
-        """Evolving jobs: ask for `n` more nodes; they arrive later as a grow order."""
+        """Evolving jobs: ask for `n` more nodes. Returns (None) as soon as the daemon has
+        queued the request, not when it is granted: the nodes come later, whole, as a grow
+        order (pre_grow, post_grow, then `hosts` lists them), when the policy finds them
+        free. A new request replaces one still waiting.
+
+        Raises DaemonRefused `bad_request` for a job that is not evolving (rigid, moldable,
+        malleable: a malleable job is resized by the policy, not on request) or for more
+        nodes than the job's `max` leaves room for; `deregistered` after `disable()`;
+        `state_write_failed` when the daemon could not save it (nothing changed: ask again).
+        """
         self._request(f"request {int(n)}")
 
     def release(self, hosts: list[str]) -> None:
-        """Evolving jobs: give hosts back now (their processes must end)."""
+        """Evolving jobs: give `hosts` back now; the daemon then ends the job's processes
+        there (`on_leaving` runs in them) and frees the hosts. `hosts` drops them when the
+        daemon has said yes. An order being handled is answered first (the daemon takes no
+        release while an order is open), except when called from a hook, which answers it.
+
+        Raises DaemonRefused `bad_request` for a job that is not evolving; `bad_hosts` for a
+        host that is not the job's, the leader's host, or going below the job's `min`;
+        `busy` while an order is open or the hosts of the last change are still being freed
+        (try again shortly); `state_write_failed` (nothing changed)."""
+        if not _IN_HOOK.get():
+            self.wait_idle()
         self._request("release " + " ".join(hosts))
         self.hosts = [h for h in self.hosts if h not in set(hosts)]
 
@@ -422,11 +460,15 @@ class JobChannel:
                     self._order_idle.set()
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if inspect.iscoroutinefunction(fn):
-            if self._loop is None:
-                raise ElasticAppError("async handler methods need register() from a coroutine")
-            return asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result()
-        return fn(*args)
+        mark = _IN_HOOK.set(True)
+        try:
+            if inspect.iscoroutinefunction(fn):
+                if self._loop is None:
+                    raise ElasticAppError("async handler methods need register() from a coroutine")
+                return asyncio.run_coroutine_threadsafe(fn(*args), self._loop).result()
+            return fn(*args)
+        finally:
+            _IN_HOOK.reset(mark)
 
     def _handle_order(self, line: str) -> None:
         try:
@@ -465,7 +507,8 @@ class JobChannel:
     def _answer_order(self, h: MalleableHandler, verb: str, n: int, args: list[str], order: str) -> None:
         try:
             if verb == "shrink":
-                removed = [str(x) for x in self._call(h.pre_shrink, n)]
+                chosen = self._call(h.pre_shrink, n)
+                removed = self._last_hosts(n) if chosen is None else [str(x) for x in chosen]
                 self._answer(f"shrunk order={order} " + " ".join(removed))
                 self.hosts = [x for x in self.hosts if x not in set(removed)]
                 self._call(h.post_shrink, n, removed)
@@ -497,6 +540,14 @@ class JobChannel:
         except Exception as exc:
             log.exception("elastic: handler failed on %s", verb)
             self._fallback_refuse(order, f"handler raised {type(exc).__name__}")
+
+    def _last_hosts(self, n: int) -> list[str]:
+        """pre_shrink's default: the last `n` hosts of the job's list, never the leader's
+        (where this process runs and talks to the daemon)."""
+        others = [x for x in self.hosts if x != self.env.host]
+        if n > len(others):
+            raise Refuse(f"cannot give back {n} of {len(self.hosts)} hosts without the leader's ({self.env.host})")
+        return others[len(others) - n:]
 
     def _fallback_refuse(self, order: str, reason: str) -> None:
         """Refuse an order whose answer could not be given; a refusal of that too is logged
