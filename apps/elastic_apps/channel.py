@@ -505,13 +505,13 @@ class JobChannel:
             self._call(h.on_hosts_changed, list(hosts), lost, reason)
 
     def _answer_order(self, h: MalleableHandler, verb: str, n: int, args: list[str], order: str) -> None:
+        removed: list[str] | None = None
         try:
             if verb == "shrink":
                 chosen = self._call(h.pre_shrink, n)
                 removed = self._last_hosts(n) if chosen is None else [str(x) for x in chosen]
                 self._answer(f"shrunk order={order} " + " ".join(removed))
                 self.hosts = [x for x in self.hosts if x not in set(removed)]
-                self._call(h.post_shrink, n, removed)
             else:
                 new = args[1 : 1 + n]
                 continued = list(self.hosts)
@@ -540,6 +540,12 @@ class JobChannel:
         except Exception as exc:
             log.exception("elastic: handler failed on %s", verb)
             self._fallback_refuse(order, f"handler raised {type(exc).__name__}")
+        else:
+            if removed is not None:
+                # The shrink is done: what post_shrink raises is logged (_order_loop), not
+                # sent as a refusal of an order the daemon has settled.
+                self._current_order = None
+                self._call(h.post_shrink, n, removed)
 
     def _last_hosts(self, n: int) -> list[str]:
         """pre_shrink's default: the last `n` hosts of the job's list, never the leader's

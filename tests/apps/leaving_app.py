@@ -1,11 +1,11 @@
-"""A test application whose handler overrides no hook, and whose workers hand their count
-back in `on_leaving`.
+"""A test application whose workers hand their count back in `on_leaving`, as
+docs/APP_GUIDE.md shows, to a leader whose handler overrides post_shrink only.
 
 Every process writes `pid-HOST`. Workers count rounds until the file `finish` exists; when
 the daemon ends one, its hook writes `left-HOST` (the reason) and, when its host was
-removed, puts `handed-HOST COUNT` for the leader. The leader registers a bare
-MalleableHandler, writes `handed-HOST` files for the values it finds, and `hosts` with
-`job.hosts` at the end. LEAVE_SLOW (env, seconds): the hook sleeps that long first.
+removed, puts `handed-HOST COUNT`. The leader's post_shrink waits for that value from each
+removed host and writes it to `handed-HOST`; at the end it writes `hosts` (`job.hosts`).
+LEAVE_SLOW (env, seconds): the hook sleeps that long first.
 """
 
 from __future__ import annotations
@@ -17,6 +17,17 @@ from pathlib import Path
 from elastic_apps import REMOVED, JobChannel, MalleableHandler, job_env, on_leaving
 
 here = Path.cwd()
+
+
+class Collect(MalleableHandler):
+    """pre_shrink is the library's default: the last hosts, never the leader's."""
+
+    def __init__(self, job: JobChannel) -> None:
+        self.job = job
+
+    def post_shrink(self, n: int, removed_hosts: list[str]) -> None:
+        for h in removed_hosts:
+            (here / f"handed-{h}").write_text(self.job.wait_value(f"handed-{h}", timeout=10))
 
 
 def main() -> int:
@@ -39,12 +50,8 @@ def main() -> int:
             time.sleep(0.01)
         return 0
     job = JobChannel.connect(env)
-    job.register(MalleableHandler())
+    job.register(Collect(job))
     while not (here / "finish").exists():
-        for h in env.hosts:
-            value = job.get(f"handed-{h}")
-            if value is not None and not (here / f"handed-{h}").exists():
-                (here / f"handed-{h}").write_text(value)
         time.sleep(0.05)
     job.disable()
     (here / "hosts").write_text(",".join(job.hosts))
