@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,6 +67,11 @@ def _start_failure(state_dir: Path, log_path: Path, code: int) -> str:
     except OSError as exc:
         tail = [f"(its log {log_path} cannot be read: {exc.strerror or exc})"]
     how = f"signal {-code}" if code < 0 else f"status {code}"
+    cause = _cause(tail)
+    if cause is not None:
+        # The cause, on one line, before where to read more: the log lines before it (what
+        # the start had done, at INFO) are the detail, and stay in the log.
+        return f"{cause} (the daemon exited at start, {how}; its log is {log_path})"
     if tail:
         return f"the daemon exited at start ({how}):\n  " + "\n  ".join(tail)
     free = free_bytes(state_dir)
@@ -73,6 +79,20 @@ def _start_failure(state_dir: Path, log_path: Path, code: int) -> str:
         return f"the daemon exited at start ({how}) and could not write its log: {full_message(state_dir, free)}"
     return (f"the daemon exited at start ({how}) and left nothing in its log {log_path}; run "
             "`elasticd start --foreground` with the same options to see why")
+
+
+# What a daemon that refuses to start says last: `elasticd: error: ...` (the CLI's own
+# error line, from the foreground start), or a log record at ERROR or CRITICAL.
+_ERROR_LINE = re.compile(r"^elasticd: error: (?P<cause>.+)$|^\S+ \S+ \S+ (?:ERROR|CRITICAL) (?P<logged>.+)$")
+
+
+def _cause(tail: list[str]) -> str | None:
+    """The last error line of a daemon's log tail, without its prefix; None if none is."""
+    for line in reversed(tail):
+        m = _ERROR_LINE.match(line.strip())
+        if m is not None:
+            return m["cause"] or m["logged"]
+    return None
 
 
 def start_detached(state_dir: Path, local: int | None, policy: str, kill_wait: float, listen: str = "127.0.0.1",

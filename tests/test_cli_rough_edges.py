@@ -1,9 +1,14 @@
 """The command-line tools as a new user meets them: every tool has --version, a wrong
-argument is one line naming it (never a lambda or a traceback), and the synthetic
-application run by hand says what it is for."""
+argument is one line naming it (never a lambda or a traceback), the synthetic
+application run by hand says what it is for, and every output is explained where it
+appears: each command and argument has its line of help, the tables' columns a legend in
+the --help of what prints them, counts agree with their nouns, and `eacct -o` holds with
+--json."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -83,3 +88,76 @@ def test_every_option_in_help_says_what_it_is_for(argv: list[str]) -> None:
             continue  # help on the next line
         bare.append(words)
     assert bare == []
+
+
+# ---- every output explained where it appears (issue #38, point 3) ----------------------------
+def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    from elasticd.cli import eacct, ecancel, elasticd_main, equeue, esubmit
+
+    top = elasticd_main.build_parser()
+    sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return [("elasticd " + name, p) for name, p in sub.choices.items()] + [
+        (m.__name__.rsplit(".", 1)[-1], m.build_parser()) for m in (equeue, esubmit, ecancel, eacct)]
+
+
+# `batch SEED` and `report TARGET` are declared in elasticd/cli/experiment_cmd.py, being
+# reworked on another branch: strict, so that the mark goes once they have their help.
+_NOT_YET = {"elasticd batch", "elasticd report"}
+
+
+@pytest.mark.parametrize(("name", "parser"), [
+    pytest.param(n, p, id=n, marks=[pytest.mark.xfail(strict=True, reason="argument help owed by experiment_cmd")]
+                 if n in _NOT_YET else []) for n, p in _parsers()])
+def test_every_command_and_argument_says_in_one_line_what_it_is(name: str, parser: argparse.ArgumentParser) -> None:
+    assert parser.description, f"`{name} --help` does not say what it does"
+    bare = [a.metavar or a.dest for a in parser._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert bare == [], f"{name}: arguments without help: {bare}"
+
+
+def test_the_column_legends_are_in_the_help_of_what_prints_them() -> None:
+    from elasticd.cli.eacct import FIELDS
+    from elasticd.cli.equeue import COLUMNS
+
+    queue = run(str(BIN / "equeue"), "--help").stdout
+    legend = queue[queue.index("columns:"):]
+    assert all(f"\n  {c} " in legend for c in COLUMNS), legend
+    batch = run(str(BIN / "elasticd"), "run", "--help").stdout
+    assert "2/6/8 = it started, shrank or" in batch and "BSLD           bounded slowdown" in batch, batch
+    assert "each job's output goes to its `output` file" in batch, batch
+    acct = run(str(BIN / "eacct"), "--help").stdout
+    legend = acct[acct.index("fields (-o):"):]
+    assert all(f in legend for f in FIELDS), legend
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from elasticd.table import count, named
+
+    assert [count(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
+    assert named("job", [3]) == "job 3" and named("job", [3, 4]) == "jobs 3, 4"
+
+
+@pytest.mark.timeout(90)
+def test_a_shrink_to_one_node_says_one_node(daemon: RunningDaemon, workdir: Path) -> None:
+    recorder = Path(__file__).parent / "apps" / "recorder.py"
+    (workdir / "rec.toml").write_text(f'name = "rec"\ncommand = ["{sys.executable}", "{recorder}"]\n'
+                                      'nodes = { min = 1, max = 2 }\nkind = "malleable"\nworking_dir = "."\n')
+    jid = daemon.submit(workdir / "rec.toml")
+    daemon.wait_event(jid, "registered")
+    r = daemon.cli("elasticd", "resize", str(jid), "1")
+    assert r.returncode == 0 and r.stdout.strip() == f"job {jid}: shrunk to 1 node (node1)", (r.stdout, r.stderr)
+    r = daemon.cli("elasticd", "resize", str(jid), "1")
+    assert r.stdout.strip() == f"job {jid}: already runs on 1 node", r.stdout
+    (workdir / "finish").touch()
+    daemon.wait([jid], timeout=60)
+
+    # eacct -o with --json: the fields asked for, by their JSON keys, and -l adds the timeline.
+    r = daemon.cli("eacct", str(daemon.state_dir), "-j", str(jid), "-o", "jobid,state,nnodes,exitcode", "--json")
+    assert r.returncode == 0, r.stderr
+    [job] = json.loads(r.stdout)["jobs"]
+    assert job == {"job_id": jid, "state": "COMPLETED", "max_nodes": 2, "exit_code": 0, "exit_signal": 0}
+    r = daemon.cli("eacct", str(daemon.state_dir), "-j", str(jid), "-o", "resizes", "-l", "--json")
+    [job] = json.loads(r.stdout)["jobs"]
+    assert sorted(job) == ["resizes", "timeline"] and job["resizes"] == 1, job
+    # Without -o, the whole account, as before.
+    [whole] = json.loads(daemon.cli("eacct", str(daemon.state_dir), "-j", str(jid), "--json").stdout)["jobs"]
+    assert {"job_id", "name", "node_seconds", "timeline"} <= set(whole)

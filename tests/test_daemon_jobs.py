@@ -200,8 +200,8 @@ def test_stop_ends_running_jobs_cleanly_cancels_the_queue_and_says_so(tmp_path: 
         '''))
         r = d.cli("elasticd", "stop")
         assert r.returncode == 0, r.stderr
-        assert f"ended running job(s) {jid}" in r.stdout
-        assert f"cancelled pending job(s) {waiting}" in r.stdout, r.stdout
+        assert f"ended running job {jid}" in r.stdout
+        assert f"cancelled pending job {waiting}" in r.stdout, r.stdout
         assert_gone([*pids, d.record.pid])
         s = d.cli("elasticd", "status")
         assert s.returncode == 1 and "not running" in s.stdout

@@ -81,7 +81,7 @@ def recorded_run(state_dir: Path, tmp_path: Path) -> None:
         # `elasticd resize` waits for the outcome: a refusal is an error, saying so.
         r = d.cli("elasticd", "resize", str(refuse), "1")
         assert r.returncode == 1, r.stdout + r.stderr
-        assert f"job {refuse}: the resize to 1 nodes did not happen: refused" in r.stderr
+        assert f"job {refuse}: the resize to 1 node did not happen: refused" in r.stderr
         d.wait_event(refuse, "refused")
         hang = d.submit(recorder_job(folders["hang"], "hang", "{ min = 1, max = 1 }"))
         d.wait([timeout_job], timeout=60)

@@ -113,7 +113,7 @@ def test_sigkilled_daemon_restarts_with_the_queue_in_order_running_jobs_found_an
     q = d.cli("equeue")
     assert q.returncode == 0 and all(any(line.split()[:1] == [str(j)] for line in q.stdout.splitlines()) for j in running + pending), q.stdout
     st = d.cli("elasticd", "status")
-    assert "9 job(s) recovered at start" in st.stdout and "5 PENDING, 4 RUNNING" in st.stdout, st.stdout
+    assert "9 jobs recovered at start" in st.stdout and "5 PENDING, 4 RUNNING" in st.stdout, st.stdout
     with d.client() as c:
         new = c.request(Submit(spec=sleep_job(workdir, "after", 1)))["job_id"]
     assert new == pending[-1] + 1
@@ -474,7 +474,7 @@ def test_elasticd_start_after_a_crash_says_how_many_jobs_it_took_back(tmp_path: 
         wait_gone(rec.pid)
         r = cli("elasticd", "start", "--local", "1")
         assert r.returncode == 0, r.stderr
-        assert "1 job(s) recovered from the journal" in r.stdout, r.stdout
+        assert "1 job recovered from the journal" in r.stdout, r.stdout
     finally:
         cli("elasticd", "stop")
 

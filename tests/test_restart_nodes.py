@@ -44,6 +44,12 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
     for host in ("node3", "node4"):
         assert f"job {by_host[host]} on {host}" in refused.stderr, refused.stderr
     assert "--drop-missing-nodes" in refused.stderr
+    # The cause first, on one line: not the daemon's log lines before it (an INFO line on
+    # containment came first), which stay in its log.
+    first, *rest = refused.stderr.splitlines()
+    assert first.startswith("elasticd: error: refusing to start: running job"), refused.stderr
+    assert rest == [] and " INFO " not in refused.stderr, refused.stderr
+    assert f"its log is {d.state_dir / 'daemon.log'}" in first
     left = read_record(d.state_dir)
     assert left is None or not alive(left.pid)  # no daemon runs
     assert all(alive(p) for p in pids.values())  # and no job process was touched
@@ -55,7 +61,7 @@ def test_a_restart_without_nodes_that_running_jobs_hold_is_refused_unless_told_t
     d = RunningDaemon(d.state_dir, rec, 2)
     daemons.append(d)
     dropped = sorted([by_host["node3"], by_host["node4"]])
-    assert f"ended NODE_FAIL, their processes ended: job(s) {dropped[0]}, {dropped[1]}" in forced.stdout, forced.stdout
+    assert f"ended NODE_FAIL, their processes ended: jobs {dropped[0]}, {dropped[1]}" in forced.stdout, forced.stdout
     for host, jid in by_host.items():
         info = d.job(jid)
         if host in ("node3", "node4"):

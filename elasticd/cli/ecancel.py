@@ -11,12 +11,17 @@ from elasticd.cli.common import add_state_dir, run_tool
 from elasticd.client import ControlClient
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ecancel", description="Cancel elastic jobs.")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ecancel", description="Cancel elastic jobs (like scancel): a pending one at "
+                                "once, a running one by SIGTERM to its processes, SIGKILL after the kill-wait.")
     p.add_argument("--version", action="version", version=f"ecancel {__version__}")
     p.add_argument("job_ids", nargs="+", type=int, metavar="ID", help="the jobs to cancel")
     add_state_dir(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def body() -> int:
         with ControlClient.connect(args.state_dir, "ecancel") as client:

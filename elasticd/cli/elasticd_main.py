@@ -8,6 +8,7 @@ import logging
 import os
 import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -49,6 +50,7 @@ from elasticd.daemonctl import cluster_for, start_detached, tuning_args
 from elasticd.errors import DaemonNotRunning, ElasticError
 from elasticd.policies import POLICIES
 from elasticd.statedir import LOG_FILE, DaemonRecord, default_state_dir, hold, pid_alive, prepare, running_daemon
+from elasticd.table import count, named
 
 
 def _count(text: str) -> int:
@@ -97,12 +99,35 @@ def _common_start_args(p: argparse.ArgumentParser) -> None:
     add_policy_params(p)
 
 
+# What `elasticd run` prints, for its --help (the table is elasticd.experiments.batchrun's).
+RUN_LEGEND = """\
+the table, one line per job:
+  JOBID, NAME, STATE, EXIT   as equeue shows them (EXIT: Slurm's code:signal)
+  NODES          every size the job ran at, smallest first: 2/6/8 = it started, shrank or
+                 grew to 2, 6 and 8 nodes; 4 = it ran on 4 throughout
+  WAIT(s)        seconds from its submission to its start
+  RUN(s)         seconds from its start to its end
+  TURNAROUND(s)  wait + run
+  BSLD           bounded slowdown: max(1, turnaround / max(run, 10 s)); 1 = no wait at all
+then a line for each job that did not complete (why, and where its output is), and the
+batch's makespan, node utilization and means.
+
+Where things go: each job's output goes to its `output` file (default elastic-JOBID.out) in
+its working_dir (relative to its job file; without one, the directory elasticd run was
+started in). The private daemon's state and log are in a temporary directory, removed at
+the end; --json FILE keeps the figures and every job's history.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="elasticd", description="elastic: a malleable job scheduler for HPC allocations.")
     p.add_argument("--version", action="version", version=f"elasticd {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("start", help="start a daemon (detaches unless --foreground)")
+    s = sub.add_parser("start", help="start a daemon (detaches unless --foreground)",
+                       description="Start a daemon on --local N virtual nodes, or inside a Slurm allocation on its "
+                       "nodes, and return once it answers (it runs on, detached, until `elasticd stop`). "
+                       "Started again on a state directory after a crash, it takes its jobs back.")
     _common_start_args(s)
     s.add_argument("--foreground", action="store_true", help="stay in the foreground, log to stderr")
     s.add_argument("--listen", default="127.0.0.1", help="address for the control channel (default 127.0.0.1)")
@@ -122,19 +147,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_args(s)
     add_state_dir(s)
 
-    st = sub.add_parser("stop", help="end running jobs cleanly, cancel pending ones, stop the daemon")
+    st = sub.add_parser("stop", help="end running jobs cleanly, cancel pending ones, stop the daemon",
+                        description="End the daemon's running jobs (SIGTERM, SIGKILL after its kill-wait), cancel "
+                        "its pending ones, and stop it; says which jobs it ended and cancelled.")
     add_state_dir(st)
 
-    ss = sub.add_parser("status", help="is a daemon running; its nodes and policy")
+    ss = sub.add_parser("status", help="is a daemon running; its nodes and policy",
+                        description="Whether a daemon runs on the state directory, and its addresses, policy, "
+                        "nodes (idle, allocated, down) and jobs by state. Exit 1 when none runs.")
     ss.add_argument("--json", action="store_true", help="the status as a JSON document (nodes, jobs by state)")
     add_state_dir(ss)
 
-    pl = sub.add_parser("policies", help="list the scheduling policies and their parameters")
+    pl = sub.add_parser("policies", help="list the scheduling policies and their parameters",
+                        description="List the scheduling policies (--policy) and their parameters "
+                        "(--policy-param KEY=VALUE) with their defaults.")
     pl.add_argument("--readme", type=Path, default=None, metavar="README.md",
                     help="also rewrite the README's <!-- BEGIN policies --> section with this listing")
     pl.set_defaults(func=cmd_policies)
 
-    rz = sub.add_parser("resize", help="order a running malleable job to N nodes now")
+    rz = sub.add_parser("resize", help="order a running malleable job to N nodes now",
+                        description="Order a running malleable or evolving job to N nodes now, whatever the "
+                        "policy, and wait for the outcome: `job 3: shrunk to 2 nodes (node1, node2)`, or exit 1 "
+                        "saying why not (the application refused, a deadline passed, ...).")
     rz.add_argument("job_id", type=int, help="the job")
     rz.add_argument("nodes", type=_count, help="the node count to resize to (at least 1)")
     rz.add_argument("--no-wait", action="store_true", help="return once the order is given, not its outcome")
@@ -144,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long to wait for the outcome (default 120)")
     add_state_dir(rz)
 
-    rl = sub.add_parser("release", help="let the policy resize a job held by `resize --hold` again")
+    rl = sub.add_parser("release", help="let the policy resize a job held by `resize --hold` again",
+                        description="Let the policy resize a job held at its size by `elasticd resize --hold` "
+                        "again.")
     rl.add_argument("job_id", type=int, help="the held job")
     add_state_dir(rl)
 
@@ -152,15 +188,31 @@ def build_parser() -> argparse.ArgumentParser:
     replay_cmd.add_parser(sub)
     evaluate_cmd.add_parser(sub)
     experiment_cmd.add_parsers(sub)
+    for cmd in sub.choices.values():
+        if cmd.description is None:
+            # `elasticd CMD --help` says what CMD does, as the list of commands does.
+            cmd.description = _help_of(sub, cmd)
 
-    r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics")
-    r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR")
+    r = sub.add_parser("run", help="run a batch of job files on a private local daemon and print metrics",
+                       description=textwrap.fill("Start a private daemon on --local N nodes, submit the job files (at their "
+                       "submit_offset), wait for every job to end, stop the daemon, and print a line per job and "
+                       "the batch's metrics. Exit 0 when every job COMPLETED, 2 otherwise."),
+                       epilog=RUN_LEGEND, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("targets", nargs="+", type=Path, metavar="FILES_OR_DIR",
+                   help="job files (TOML), or folders whose *.toml files are the batch")
     _common_start_args(r)
     r.add_argument("--no-offsets", action="store_true", help="submit everything at once, ignoring submit_offset")
     r.add_argument("--json", type=Path, metavar="FILE", help="also write per-job and overall metrics as JSON")
     r.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                    help="give up (and cancel) after S seconds")
     return p
+
+
+def _help_of(sub: argparse._SubParsersAction, cmd: argparse.ArgumentParser) -> str | None:  # type: ignore[type-arg]
+    for action in sub._choices_actions:
+        if sub.choices.get(action.dest) is cmd and action.help:
+            return action.help[0].upper() + action.help[1:] + "."
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,10 +292,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     if info.recovered_jobs:
         dropped = _dropped_at_start(rec) if args.drop_missing_nodes else []
         source = "the salvaged journal" if info.salvaged else "the journal"
-        print(f"  {info.recovered_jobs} job(s) recovered from {source} (running ones taken over"
+        print(f"  {count(info.recovered_jobs, 'job')} recovered from {source} (running ones taken over"
               f"{', but for the ones ended below' if dropped else ''}; `elasticd status`, `equeue`)")
         if dropped:
-            print(f"  ended NODE_FAIL, their processes ended: job(s) {', '.join(map(str, dropped))}: they held "
+            print(f"  ended NODE_FAIL, their processes ended: {named('job', dropped)}: they held "
                   f"nodes this start leaves out (--drop-missing-nodes; the nodes are named in {state_dir / LOG_FILE})")
     if info.metrics is not None:
         print(f"  metrics at {info.metrics}")
@@ -335,10 +387,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     ended: list[int] = answer["ended_jobs"]
     problems = [p for p in (answer.get("not_ended"), answer.get("not_reached"), answer.get("not_saved")) if p]
     if ended:
-        print(f"ended running job(s) {', '.join(map(str, ended))} (CANCELLED)")
+        print(f"ended running {named('job', ended)} (CANCELLED)")
     cancelled: list[int] = answer.get("cancelled_pending") or []
     if cancelled:
-        print(f"cancelled pending job(s) {', '.join(map(str, cancelled))}")
+        print(f"cancelled pending {named('job', cancelled)}")
     for p in problems:
         fail("elasticd", p)
     exit_by = time.monotonic() + 10.0
@@ -390,9 +442,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                  f"grow to {a['grow_max']} nodes" if a["grow_max"] is not None else ""]
         print(f"  allocation: Slurm job {a['slurm_job']}; {', '.join(r for r in rules if r)}")
         print(f"    node-seconds held {ns['held']:.0f}, used {ns['used']:.0f}, given back {ns['given_back']:.0f} "
-              f"({ns['released_nodes']} node(s) given back)")
+              f"({count(ns['released_nodes'], 'node')} given back)")
         for c in a["companions"]:
-            print(f"    companion {c['slurm_id']}: {c['state']}, {c['count']} node(s) for job {c['for_job']}"
+            print(f"    companion {c['slurm_id']}: {c['state']}, {count(c['count'], 'node')} for job {c['for_job']}"
                   + (f" on {','.join(c['hosts'])}" if c["hosts"] else ""))
         if a["error"]:
             print(f"    last error: {a['error']}")
@@ -403,7 +455,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info.journal is None:
         print("  journal: none (jobs do not survive a crash of the daemon)")
     else:
-        recovered = f"; {info.recovered_jobs} job(s) recovered at start" if info.recovered_jobs else ""
+        recovered = f"; {count(info.recovered_jobs, 'job')} recovered at start" if info.recovered_jobs else ""
         print(f"  journal: {info.journal}{recovered}")
     return 0
 
@@ -446,10 +498,10 @@ def cmd_resize(args: argparse.Namespace) -> int:
         if not ordered:
             # Already that size: no order was sent, so there is no outcome to wait for.
             held = "; held at that size" if args.hold else ""
-            print(f"job {args.job_id}: already runs on {args.nodes} nodes{held}")
+            print(f"job {args.job_id}: already runs on {count(args.nodes, 'node')}{held}")
             return 0
         if args.no_wait:
-            print(f"job {args.job_id}: ordered to {args.nodes} nodes (not waiting for the outcome)")
+            print(f"job {args.job_id}: ordered to {count(args.nodes, 'node')} (not waiting for the outcome)")
             return 0
         deadline = time.monotonic() + args.timeout
         info: JobInfo | None = None
@@ -464,7 +516,7 @@ def cmd_resize(args: argparse.Namespace) -> int:
             time.sleep(0.1)
         else:
             late = " (the grow's new processes were still being started)" if at is not None else ""
-            return fail("elasticd", f"job {args.job_id}: ordered to {args.nodes} nodes, no outcome within "
+            return fail("elasticd", f"job {args.job_id}: ordered to {count(args.nodes, 'node')}, no outcome within "
                         f"{args.timeout:g} s{late} (`equeue -j {args.job_id} --json` shows what follows)")
     assert info is not None and at is not None
     outcome = info.events[at]
@@ -473,13 +525,13 @@ def cmd_resize(args: argparse.Namespace) -> int:
         undone = next((e for e in info.events[at + 1:] if e.event == "grow_failed"), None)
         if undone is not None:
             # Its detail names the hosts given back and the launcher's reason.
-            return fail("elasticd", f"job {args.job_id}: grown to {outcome.nodes} nodes, then undone: "
+            return fail("elasticd", f"job {args.job_id}: grown to {count(outcome.nodes, 'node')}, then undone: "
                         f"{undone.detail}")
     if _SETTLED[outcome.event]:
-        print(f"job {args.job_id}: {outcome.event} to {outcome.nodes} nodes ({', '.join(outcome.hosts)})"
+        print(f"job {args.job_id}: {outcome.event} to {count(outcome.nodes, 'node')} ({', '.join(outcome.hosts)})"
               + _daemon_chose(events[len(before):]))
         return 0
-    return fail("elasticd", f"job {args.job_id}: the resize to {args.nodes} nodes did not happen: {what}")
+    return fail("elasticd", f"job {args.job_id}: the resize to {count(args.nodes, 'node')} did not happen: {what}")
 
 
 def _history(c: ControlClient, job_id: int) -> list[JobEventInfo]:

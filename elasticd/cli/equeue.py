@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -16,6 +17,25 @@ from elasticd.client import ControlClient
 from elasticd.table import render_table
 
 COLUMNS = ("JOBID", "NAME", "KIND", "STATE", "NODES", "MIN-MAX", "TIME", "LIMIT", "EXIT", "HOSTS/REASON")
+
+# What each column holds, for --help (README: Submit, watch, cancel, says the same).
+LEGEND = """\
+columns:
+  JOBID         the job's id (esubmit printed it)
+  NAME          the job file's name (20 characters at most here)
+  KIND          rigid, moldable, malleable or evolving (job file's kind)
+  STATE         Slurm's: PENDING, CONFIGURING, RUNNING, RESIZING, COMPLETED, FAILED,
+                CANCELLED, TIMEOUT, NODE_FAIL
+  NODES         nodes the job holds now (0 while pending and once ended)
+  MIN-MAX       the node counts it may run on (nodes = {min, max} in its job file)
+  TIME          time used since its start, as squeue writes it: M:SS, H:MM:SS, D-HH:MM:SS
+  LIMIT         the time limit it is ended at, from its start (scaled to its size when it
+                has a model); UNLIMITED without one
+  EXIT          once ended, Slurm's code:signal (0:0 ok, 1:0 exit code 1, 0:15 SIGTERM)
+  HOSTS/REASON  its hosts (node[1-4]) and, in parentheses, why it is as it is: Resources,
+                Priority, ResizeBy:user|policy|app, NotRegistered, Disconnected, Held, ...
+                (README: Submit, watch, cancel; `equeue --json` has every field)
+"""
 
 
 def row(j: JobInfo) -> tuple[str, ...]:
@@ -53,15 +73,21 @@ def _job_ids(text: str) -> list[int]:
     return ids
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="equeue", description="Show elastic's queue.")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="equeue", description=textwrap.fill("Show elastic's queue: pending and running jobs, one "
+                                "line each (like squeue)."), epilog=LEGEND,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"equeue {__version__}")
     p.add_argument("-a", "--all", action="store_true", help="include finished jobs")
-    p.add_argument("-j", "--jobs", type=_job_ids, default=None,
-                   help="comma-separated job ids")
-    p.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    p.add_argument("-j", "--jobs", type=_job_ids, default=None, metavar="IDS",
+                   help="only these jobs: comma-separated job ids (e.g. 3,5,8)")
+    p.add_argument("--json", action="store_true", help="print the versioned JSON document (every field of every job)")
     add_state_dir(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def body() -> int:
         with ControlClient.connect(args.state_dir, "equeue") as client:

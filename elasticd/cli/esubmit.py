@@ -14,13 +14,21 @@ from elasticd.errors import DaemonError, JobFileError
 from elasticd.jobfile import load_job_file
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="esubmit", description="Submit job files to the elastic daemon.")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="esubmit", description="Submit job files to the elastic daemon (like sbatch): "
+                                "each is checked first, and a wrong one is named with every problem in it.",
+                                epilog="A job's output goes to its `output` file (default elastic-JOBID.out) in its "
+                                "working_dir: relative to the job file's folder, or, without one, the directory "
+                                "esubmit ran in.")
     p.add_argument("--version", action="version", version=f"esubmit {__version__}")
-    p.add_argument("files", nargs="+", type=Path, help="job description(s) in TOML")
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE", help="job description(s) in TOML (README: Describe a job)")
     p.add_argument("--parsable", action="store_true", help="print only the job id")
     add_state_dir(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def body() -> int:
         specs = []

@@ -454,7 +454,7 @@ def test_a_stop_that_does_not_see_a_job_end_names_it_apart_from_the_ended_ones_a
     assert wait_until(lambda: _disk_sleep(pid), 30), "the job's process did not block on the frozen file system"
     r = cli(d.state_dir, "elasticd", "stop")
     assert r.returncode == 1, (r.stdout, r.stderr)
-    assert f"ended running job(s) {fine} (CANCELLED)" in r.stdout, r.stdout
+    assert f"ended running job {fine} (CANCELLED)" in r.stdout, r.stdout
     assert f"job(s) {stuck} not seen ending" in r.stderr and f"`elasticd start` on {d.state_dir}" in r.stderr, r.stderr
     assert "elasticd stopped" in r.stdout and not alive(d.record.pid)
     freezable_fs.thaw()

@@ -144,7 +144,7 @@ def test_a_restart_after_kill_9_on_a_still_full_disk_takes_its_jobs_back_and_rec
     r = restart_by_cli(daemons, state, 2)
     assert r.returncode == 0, r.stderr
     assert f"state directory {state} is full" in r.stderr and "starting on its reserve" in r.stderr, r.stderr
-    assert "3 job(s) recovered" in r.stdout and f"STATE DIRECTORY: state directory {state} is full" in r.stdout, \
+    assert "3 jobs recovered" in r.stdout and f"STATE DIRECTORY: state directory {state} is full" in r.stdout, \
         r.stdout
     jobs = queue(state)  # reads are served
     assert [jobs[j]["state"] for j in (fails, ends, waiting)] == ["RUNNING", "RUNNING", "PENDING"], jobs
