@@ -5,12 +5,13 @@ from __future__ import annotations
 import ctypes.util
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
-from conftest import of_job, write_job
+from conftest import RunningDaemon, of_job, start_daemon, stop_daemon, write_job
 
 
 def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
@@ -25,6 +26,20 @@ def mpi_skip_reason(need_mpi4py: bool = True) -> str | None:
         except ImportError:
             return "needs mpi4py: pip install '.[test]'"
     return None
+
+
+@pytest.fixture
+def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
+    """A local daemon of 4 nodes for MPI jobs (orders' deadline 20 s: a spawn takes seconds),
+    or a skip saying what is missing. Import it into the test module to use it."""
+    reason = mpi_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "20"])
+    try:
+        yield d
+    finally:
+        stop_daemon(d.record)
 
 
 def job_ranks(job_id: int, state_dir: Path, node_of: Callable[[int], str | None] | None = None) -> dict[str, list[int]]:

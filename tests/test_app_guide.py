@@ -12,17 +12,17 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, start_daemon, stop_daemon, write_job
-from mpi_support import mpi_skip_reason
+import mpi_support
+from conftest import RunningDaemon, write_job
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "APP_GUIDE.md"
 EXAMPLES = ROOT / "docs" / "examples"
+mpi_daemon = mpi_support.mpi_daemon  # a fixture, shared with test_mpi_malleable
 RUNNABLE = re.compile(r"<!-- runnable: (\S+) -->\n```\w*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 
 
@@ -99,17 +99,6 @@ def test_the_guides_evolving_app_grows_on_request_and_releases(daemon: RunningDa
         assert f"{host}: leaving (removed)" in out, out
     assert "Terminated" not in out and "Traceback" not in out, out
 
-
-@pytest.fixture
-def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
-    reason = mpi_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "20"])
-    try:
-        yield d
-    finally:
-        stop_daemon(d.record)
 
 
 @pytest.mark.timeout(150)

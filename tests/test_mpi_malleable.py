@@ -4,30 +4,21 @@ run without resizes, and no rank is left on the released hosts."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import RunningDaemon, start_daemon, stop_daemon, wait_until, write_job
-from mpi_support import jacobi_job, job_ranks, mpi_skip_reason
+import mpi_support
+from conftest import RunningDaemon, wait_until, write_job
+from mpi_support import jacobi_job, job_ranks
+
+mpi_daemon = mpi_support.mpi_daemon  # a fixture, shared with test_app_guide
 
 pytestmark = [pytest.mark.timeout(120)]
 
 ITERATIONS = 1500
 POINTS = 5000
 
-
-@pytest.fixture
-def mpi_daemon(tmp_path: Path) -> Iterator[RunningDaemon]:
-    reason = mpi_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    d = start_daemon(tmp_path / "state", extra=["--order-deadline", "20"])
-    try:
-        yield d
-    finally:
-        stop_daemon(d.record)
 
 
 def jacobi(folder: Path, name: str, mode: str, nodes: str, delay: float, hold: Path | None = None) -> Path:
