@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,13 @@ def test_the_guides_c_client_commands_pass_the_conformance_suite(tmp_path: Path)
     assert (tmp_path / "elastic_client").exists()
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert lines and all(ln.startswith("ok ") for ln in lines), r.stdout
+
+
+def test_the_mpi_helper_without_mpi4py_says_what_to_install() -> None:
+    # Found following the guide from a plain `pip install .`: the mpi4py example died of a
+    # bare ModuleNotFoundError in every rank.
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.modules['mpi4py'] = None; import elastic_apps.mpi"],
+                       check=False, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-1].startswith("ImportError: elastic_apps.mpi needs mpi4py"), r.stderr
+    assert "pip install '.[mpi]'" in r.stderr and "openmpi-bin" in r.stderr, r.stderr

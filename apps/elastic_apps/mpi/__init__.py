@@ -29,7 +29,11 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from mpi4py import MPI
+try:
+    from mpi4py import MPI
+except ImportError as exc:  # said as what to install, at the import that needs it
+    raise ImportError(f"elastic_apps.mpi needs mpi4py ({exc}): pip install '.[mpi]' in elastic's folder, with Open "
+                      "MPI installed (apt-get install openmpi-bin libopenmpi-dev)") from None
 
 from elastic_apps.channel import JobChannel
 from elastic_apps.errors import ElasticAppError, Refuse
