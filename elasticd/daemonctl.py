@@ -60,7 +60,7 @@ def _rotate(log_path: Path) -> None:
 def _start_failure(state_dir: Path, log_path: Path, code: int) -> str:
     """Why a daemon exited at start, never an empty line: its log's last lines, or, when it
     left none (its log could not be written: a full disk), what can be seen from here."""
-    from elasticd.daemon.statecheck import START_NEEDS, free_bytes, full_message
+    from elasticd.daemon.room import START_NEEDS, free_bytes, full_message
 
     try:
         tail = [t for t in log_path.read_text(errors="replace").strip().splitlines() if t.strip()][-5:]

@@ -256,7 +256,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     held = hold(state_dir)
     if not args.foreground:
         os.close(held)  # the daemon started below takes it (and refuses if another came between)
-    from elasticd.daemon.statecheck import check, room_to_start
+    from elasticd.daemon.room import room_to_start
+    from elasticd.daemon.statecheck import check
 
     # A full disk is named as such, before anything reads it as damage; a daemon's restart on
     # one starts on the state directory's reserve (its jobs would otherwise run unwatched).

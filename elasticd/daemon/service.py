@@ -45,8 +45,9 @@ from elasticd.daemon.control_server import ControlServer
 from elasticd.daemon.journal import LOG_SEQ, Journal
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
+from elasticd.daemon.room import make_reserve, reserve_note
+from elasticd.daemon.salvage import salvage
 from elasticd.daemon.statecheck import check as check_state_dir
-from elasticd.daemon.statecheck import make_reserve, reserve_note, salvage
 from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, ResizeRejected, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
@@ -103,7 +104,7 @@ class DaemonConfig:
     # No job is started while the state directory's file system has less free than this.
     min_free_space: int = defaults.MIN_FREE_SPACE_MIB << 20
     # Start on a state directory whose journal is missing, empty or damaged, recovering every
-    # record that can be read (elasticd.daemon.statecheck).
+    # record that can be read (elasticd.daemon.salvage).
     salvage: bool = False
     # Start although running jobs of the journal hold nodes that this start leaves out: they
     # end NODE_FAIL and their processes are ended. Without it such a start is refused.
@@ -243,7 +244,7 @@ class Daemon:
                 check_state_dir(config.state_dir)  # DamagedState: refuse rather than start afresh
         self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
         # Set while the state directory has no reserve (given up to start on a full disk:
-        # statecheck.room_to_start) and no room to make it again: what room there is records
+        # room.room_to_start) and no room to make it again: what room there is records
         # the jobs the daemon holds; it takes no submission and starts nothing meanwhile.
         self.reserve_missing: str | None = None
         if config.journal and not make_reserve(config.state_dir):
@@ -1142,7 +1143,7 @@ class Daemon:
 
     def _without_reserve(self) -> str | None:
         """Why submissions and starts wait: the state directory's reserve is missing and
-        cannot be made yet (statecheck.make_reserve). Once it can, they are taken again."""
+        cannot be made yet (room.make_reserve). Once it can, they are taken again."""
         if self.reserve_missing is None or not make_reserve(self.config.state_dir):
             return self.reserve_missing
         log.warning("state directory has room again: its reserve is made again; taking submissions")

@@ -20,7 +20,7 @@ import pytest
 from faults_support import cli, fill, kill9, queue, sleeper, start
 
 from conftest import RunningDaemon, alive, of_job, read_pid, wait_until, write_job
-from elasticd.daemon.statecheck import RESERVE_BYTES, RESERVE_FILE
+from elasticd.daemon.room import RESERVE_BYTES, RESERVE_FILE
 from elasticd.statedir import read_record
 
 pytestmark = pytest.mark.timeout(180)
