@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elasticd.daemon.service import Daemon, DaemonConfig
+from elasticd.daemon.config import DaemonConfig
+from elasticd.daemon.service import Daemon
 from elasticd.errors import LaunchError
 from elasticd.launch.base import LaunchRequest
 

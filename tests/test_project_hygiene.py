@@ -1,6 +1,5 @@
 """The project as a whole: CI runs what the README says, a clone needs nothing beside it,
-the import graph has no cycles and its layers point one way, optional extras say so when
-missing."""
+optional extras say so when missing (the import graph: tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -48,91 +47,6 @@ def test_no_file_of_the_project_reads_a_path_beside_the_clone() -> None:
             if outside.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert found == []
-
-
-def _imports() -> dict[str, set[str]]:
-    """Module -> the project modules it imports at run time (TYPE_CHECKING blocks excluded)."""
-    modules: dict[str, Path] = {}
-    for pkg, root in PACKAGES.items():
-        for f in root.rglob("*.py"):
-            parts = [pkg, *f.relative_to(root).with_suffix("").parts]
-            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
-
-    def resolve(name: str) -> str | None:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for m, f in modules.items():
-        tree = ast.parse(f.read_text())
-        typing_only = {id(n) for node in ast.walk(tree)
-                       if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-                       for n in ast.walk(node)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            names: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            for name in names:
-                target = resolve(name)
-                if target is not None and target != m:
-                    graph[m].add(target)
-    return graph
-
-
-def test_the_import_graph_has_no_cycle() -> None:
-    graph = _imports()
-
-    def related(a: str, b: str) -> bool:  # a package and its own modules
-        return a.startswith(b + ".") or b.startswith(a + ".")
-
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(m: str) -> None:
-        state[m] = 1
-        path.append(m)
-        for t in sorted(graph[m]):
-            if related(m, t):
-                continue
-            if state.get(t) == 1:
-                cycles.append(path[path.index(t):] + [t])
-            elif t not in state:
-                visit(t)
-        path.pop()
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m)
-    assert cycles == []
-
-
-# Who may import whom: cli -> daemon / sim / experiments -> core / policies -> protocol.
-FORBIDDEN = {
-    "elasticd.core": ("elasticd.daemon", "elasticd.sim", "elasticd.cli", "elasticd.launch", "elasticd.experiments"),
-    "elasticd.policies": ("elasticd.daemon", "elasticd.sim", "elasticd.cli", "elasticd.launch", "elasticd.experiments"),
-    "elasticd.daemon": ("elasticd.cli", "elasticd.sim", "elasticd.experiments"),
-    "elasticd.sim": ("elasticd.cli", "elasticd.daemon", "elasticd.launch"),
-    "elasticd.experiments": ("elasticd.cli",),
-    "elasticd.launch": ("elasticd.cli", "elasticd.daemon", "elasticd.sim", "elasticd.core"),
-    "elastic_protocol": ("elasticd", "elastic_apps"),
-    "elastic_apps": ("elasticd",),
-}
-
-
-def test_layers_point_one_way() -> None:
-    wrong = []
-    for m, targets in _imports().items():
-        for layer, banned in FORBIDDEN.items():
-            if m == layer or m.startswith(layer + "."):
-                wrong += [f"{m} -> {t}" for t in targets if any(t == b or t.startswith(b + ".") for b in banned)]
-    assert wrong == []
 
 
 # Modules that may import what an optional extra installs (pyproject.toml), beside the core

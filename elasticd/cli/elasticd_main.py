@@ -320,7 +320,8 @@ def _serve_foreground(args: argparse.Namespace, state_dir: Path, nodes: tuple[st
                       settings: ClusterSettings) -> int:
     import uvloop
 
-    from elasticd.daemon.service import Daemon, DaemonConfig
+    from elasticd.daemon.config import DaemonConfig
+    from elasticd.daemon.service import Daemon
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -38,7 +38,7 @@ LIMITS = (
 
 
 def _defaults() -> dict[str, Any]:
-    from elasticd.daemon.service import DaemonConfig
+    from elasticd.daemon.config import DaemonConfig
 
     return {f.name: f.default for f in dataclasses.fields(DaemonConfig) if f.name in {x.field for x in LIMITS}}
 

@@ -12,17 +12,16 @@ import hmac
 import logging
 import select
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from elastic_protocol.appchannel import APP_VERBS, STATE_WRITE_FAILED, Message, error_line, parse, parse_count
 from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolError
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
-from elasticd.daemon.line_server import LineServer
+from elasticd.core.job import Job
+from elasticd.daemon.line_server import ChannelLimits, LineServer
 from elasticd.errors import OrderRejected, StateWriteError, UnknownJob
-
-if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
-    from elasticd.daemon.service import Daemon
 
 log = logging.getLogger("elasticd.app")
 
@@ -31,6 +30,50 @@ MAX_VALUES = 1024
 MAX_VALUE_BYTES = 256 * 1024
 # Orders are small; a peer that does not read them for this long is not a peer.
 MAX_OUTBOUND_BYTES = 1 << 20
+
+
+class AppLink(Protocol):
+    """The registered application connection of a job, as the daemon sees it."""
+
+    def send(self, line: bytes) -> bool: ...
+
+    def pending_input(self) -> bool: ...
+
+
+class AppCalls(Protocol):
+    """What this channel asks of the daemon (elasticd.daemon.service.Daemon answers): the
+    calls an application's lines become, and what they are checked against."""
+
+    def job(self, job_id: int) -> Job:
+        """The job (UnknownJob when there is none)."""
+
+    def job_secret(self, job_id: int) -> str | None:
+        """The secret a connection of the job proves itself with; None once the job ended."""
+
+    def leader(self, job_id: int) -> AppLink | None:
+        """The job's registered connection, the one that speaks for its orders."""
+
+    def values(self, job_id: int) -> Mapping[str, str]:
+        """The job's rendezvous values (put/get)."""
+
+    def persist(self) -> None:
+        """Save what changed: called before any reply is written."""
+
+    def app_register(self, job_id: int, link: AppLink) -> None: ...
+
+    def app_deregister(self, job_id: int) -> None: ...
+
+    def app_lost(self, job_id: int, link: AppLink) -> None: ...
+
+    def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None: ...
+
+    def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink) -> None: ...
+
+    def app_request(self, job_id: int, count: int) -> None: ...
+
+    def app_release(self, job_id: int, hosts: list[str]) -> None: ...
+
+    def put_value(self, job_id: int, key: str, value: str) -> None: ...
 
 
 class _Link:
@@ -67,8 +110,9 @@ class _Link:
 class AppServer(LineServer):
     channel = "app"
 
-    def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon, daemon.config.max_app_line_bytes, log)
+    def __init__(self, calls: AppCalls, limits: ChannelLimits, max_line: int) -> None:
+        super().__init__(limits, max_line, log)
+        self.calls = calls
         # Authenticated connections per job: a job may not take the whole channel.
         self._per_job: dict[int, int] = {}
 
@@ -78,7 +122,7 @@ class AppServer(LineServer):
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         _keep_alive(writer)
-        d = self.daemon
+        d = self.calls
         link = _Link(writer, reader)
         job_id: int | None = None
         try:
@@ -95,7 +139,7 @@ class AppServer(LineServer):
                     break
                 if line is None:
                     break
-                if job_id not in d.job_secrets:
+                if d.job_secret(job_id) is None:
                     # The job ended: its connection authenticates nothing any more.
                     await _reply(writer, error_line("job_ended", f"job {job_id} has ended"))
                     break
@@ -138,7 +182,7 @@ class AppServer(LineServer):
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> int | None:
         """The job this connection proved to be, or None (refused, told why, logged)."""
         try:
-            line = await asyncio.wait_for(read_line(reader, self.max_line), self.daemon.config.hello_timeout)
+            line = await asyncio.wait_for(read_line(reader, self.max_line), self.limits.hello_timeout)
             if line is None:
                 self.refused(peer, "closed before its hello")
                 return None
@@ -165,13 +209,16 @@ class AppServer(LineServer):
         # Job ids are small: a digit string longer than this names no job (and int() of
         # thousands of digits would raise).
         job_id = int(job_text) if job_text.isdigit() and len(job_text) <= 18 else None
-        expected = self.daemon.job_secrets.get(job_id) if job_id is not None else None
+        expected = self.calls.job_secret(job_id) if job_id is not None else None
         if job_id is None or expected is None or not hmac.compare_digest(secret.encode(), expected.encode()):
             await self._refuse(writer, peer, "auth_failed", "wrong secret for that job, or the job is not running",
                                f"claiming job {job_text[:20]}: wrong secret or job not running")
             return None
-        job = self.daemon.core.jobs.get(job_id)
-        cap = 2 * (job.spec.node_bounds[1] if job is not None else 1) + 4
+        try:
+            widest = self.calls.job(job_id).spec.node_bounds[1]
+        except UnknownJob:
+            widest = 1
+        cap = 2 * widest + 4
         if self._per_job.get(job_id, 0) >= cap:
             await self._refuse(writer, peer, "busy", f"job {job_id} already holds {cap} connections",
                                f"job {job_id}: more than {cap} connections")
@@ -190,26 +237,26 @@ class AppServer(LineServer):
             pass
 
     def _serve(self, job_id: int, msg: Message, link: _Link) -> str:
-        d = self.daemon
+        d = self.calls
         verb = msg.verb
         if verb == "ping":
             return "pong"
         if verb == "hello":
             raise OrderRejected("bad_request", "hello was already received on this connection")
         if verb == "register":
-            job = d.core.job(job_id)
+            job = d.job(job_id)
             if job.deregistered:
                 raise OrderRejected("deregistered", f"job {job_id} deregistered for good")
-            leader = d.app_links.get(job_id)
+            leader = d.leader(job_id)
             if leader is not None and leader is not link:
                 raise OrderRejected("already_registered",
                                     f"job {job_id} is registered on another connection (one leader per job)")
             d.app_register(job_id, link)
             return "ok register"
         if verb == "deregister":
-            if d.core.job(job_id).deregistered:
+            if d.job(job_id).deregistered:
                 return "ok deregister"  # for good already
-            leader = d.app_links.get(job_id)
+            leader = d.leader(job_id)
             if leader is None:
                 raise OrderRejected("not_registered", f"no connection of job {job_id} is registered; "
                                     "deregister from the one that registers")
@@ -219,7 +266,7 @@ class AppServer(LineServer):
             return "ok deregister"
         if verb in ("shrunk", "grown", "refuse", "defer"):
             order_id = _order_id(msg)
-            if d.app_links.get(job_id) is not link:
+            if d.leader(job_id) is not link:
                 raise OrderRejected("not_registered", "answers come from the registered connection")
             text = msg.text_without("order")
             d.app_answer(job_id, verb, order_id, list(msg.args), text)
@@ -242,7 +289,7 @@ class AppServer(LineServer):
         if verb == "put":
             if len(msg.args) != 2:
                 raise MalformedMessage("put: needs KEY VALUE (tokens without spaces or '=')")
-            values = d.job_values.setdefault(job_id, {})
+            values = d.values(job_id)
             if msg.args[0] not in values and len(values) >= MAX_VALUES:
                 raise OrderRejected("busy", f"at most {MAX_VALUES} values per job")
             size = sum(len(k) + len(v) for k, v in values.items() if k != msg.args[0])
@@ -253,7 +300,7 @@ class AppServer(LineServer):
         if verb == "get":
             if len(msg.args) != 1:
                 raise MalformedMessage("get: needs KEY")
-            value = d.job_values.get(job_id, {}).get(msg.args[0])
+            value = d.values(job_id).get(msg.args[0])
             if value is None:
                 raise OrderRejected("not_found", msg.args[0])
             return f"ok get {msg.args[0]} {value}"

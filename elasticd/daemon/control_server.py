@@ -12,8 +12,8 @@ import hmac
 import json
 import logging
 import os
-from collections import Counter
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -35,18 +35,66 @@ from elastic_protocol.control import (
 )
 from elastic_protocol.errors import ProtocolError
 from elastic_protocol.framing import read_line
-from elastic_protocol.jobspec import env_problems, format_validation_errors
+from elastic_protocol.jobspec import JobSpec, env_problems, format_validation_errors
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd import __version__
+from elasticd.core.job import Job
 from elasticd.core.states import JobState
-from elasticd.daemon.line_server import LineServer
-from elasticd.daemon.views import job_info, job_note, node_infos
+from elasticd.daemon.line_server import ChannelLimits, LineServer
 from elasticd.errors import ElasticError, UnknownJob
 
-if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
-    from elasticd.daemon.service import Daemon
-
 log = logging.getLogger("elasticd.control")
+
+
+@dataclass(frozen=True)
+class StopNotes:
+    """What a stop could not do, in words for the operator (None: nothing of that kind)."""
+
+    not_ended: str | None = None  # jobs not seen ending, left to the next start
+    not_saved: str | None = None  # final states the journal could not take
+    not_reached: str | None = None  # nodes where what the jobs left could not be ended
+
+
+class ControlCalls(Protocol):
+    """What this channel asks of the daemon (elasticd.daemon.service.Daemon answers): one
+    call per request, and what the requests are checked against."""
+
+    @property
+    def secret(self) -> str:
+        """What a client's hello must prove it holds (daemon.json, owner only)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def stopped(self) -> bool:
+        """The stop is answered: the connection closes after its reply."""
+
+    def persist(self) -> None:
+        """Save what changed: called before any reply is written."""
+
+    def job(self, job_id: int) -> Job:
+        """The job (UnknownJob when there is none)."""
+
+    def pending_ids(self) -> list[int]: ...
+
+    def submit(self, spec: JobSpec) -> int: ...
+
+    def cancel(self, job_id: int) -> tuple[str, str | None]: ...
+
+    def resize(self, job_id: int, nodes: int, hold: bool = False) -> None: ...
+
+    def release_hold(self, job_id: int) -> None: ...
+
+    async def wait_jobs(self, job_ids: list[int] | None, timeout: float | None) -> bool: ...
+
+    async def stop(self) -> list[int]: ...
+
+    def stop_notes(self) -> StopNotes: ...
+
+    def queue(self, req: Queue) -> QueueDocument: ...
+
+    def status(self) -> StatusInfo: ...
 
 
 def _error(code: str, message: str, details: list[str] | None = None) -> bytes:
@@ -65,15 +113,16 @@ class _Refused(Exception):
 class ControlServer(LineServer):
     channel = "control"
 
-    def __init__(self, daemon: Daemon) -> None:
-        super().__init__(daemon, daemon.config.max_line_bytes, log)
+    def __init__(self, calls: ControlCalls, limits: ChannelLimits, max_line: int) -> None:
+        super().__init__(limits, max_line, log)
+        self.calls = calls
 
     def busy_line(self) -> bytes:
         return _error("busy", "too many connections; try again")
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        d = self.daemon
+        d = self.calls
         try:
             await self._hello(reader, writer, peer)
             while True:
@@ -84,7 +133,7 @@ class ControlServer(LineServer):
                 d.persist()  # saved before it is acknowledged
                 writer.write(reply)
                 await writer.drain()
-                if d._stopped.is_set():
+                if d.stopped:
                     break
         except _Refused:
             pass
@@ -106,7 +155,7 @@ class ControlServer(LineServer):
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object) -> None:
         try:
-            line = await asyncio.wait_for(read_line(reader, self.max_line), self.daemon.config.hello_timeout)
+            line = await asyncio.wait_for(read_line(reader, self.max_line), self.limits.hello_timeout)
         except TimeoutError:
             self.refused(peer, "no hello in time")
             writer.write(_error("timeout", "no hello received in time"))
@@ -126,7 +175,7 @@ class ControlServer(LineServer):
                 _error("version_mismatch", f"daemon speaks protocol {PROTOCOL_VERSION}, client {hello.version}")
             )
             raise _Refused
-        if not hmac.compare_digest(hello.secret.encode(), self.daemon.secret.encode()):
+        if not hmac.compare_digest(hello.secret.encode(), self.calls.secret.encode()):
             self.refused(peer, f"wrong secret (client {hello.client[:64]!r})")
             writer.write(_error("auth_failed", "wrong secret"))
             raise _Refused
@@ -151,7 +200,7 @@ class ControlServer(LineServer):
             return _error("internal", "internal error; see the daemon log")
 
     async def _serve(self, req: object) -> bytes:
-        d = self.daemon
+        d = self.calls
         if isinstance(req, Submit):
             if d.stopping:
                 return _error("stopping", "the daemon is stopping")
@@ -169,7 +218,7 @@ class ControlServer(LineServer):
             unsaved: dict[str, str] = {}  # carried out, not saved (a full disk): what that means
             for jid in req.job_ids:
                 try:
-                    if d.core.job(jid).state.is_final:
+                    if d.job(jid).state.is_final:
                         ended.append(jid)
                     results[str(jid)], why = d.cancel(jid)
                     if why is not None:
@@ -182,12 +231,12 @@ class ControlServer(LineServer):
                               [f"{j}: {s}" for j, s in results.items() if s is not None])
             return _ok({"states": results, "already_ended": ended, "not_saved": unsaved})
         if isinstance(req, Queue):
-            return _ok(self._queue(req).model_dump())
+            return _ok(d.queue(req).model_dump())
         if isinstance(req, Status):
-            return _ok(self._status().model_dump())
+            return _ok(d.status().model_dump())
         if isinstance(req, Wait):
             for jid in req.job_ids or []:
-                d.core.job(jid)  # raises UnknownJob before we wait on it
+                d.job(jid)  # raises UnknownJob before we wait on it
             done = await d.wait_jobs(req.job_ids, req.timeout)
             return _ok({"done": done})
         if isinstance(req, Resize):
@@ -199,55 +248,15 @@ class ControlServer(LineServer):
         if isinstance(req, Stop):
             # The queue is cancelled too: said, so that a user does not expect those jobs at
             # the next start (a cancel the stop could not save is not among them).
-            pending = d.core.pending_ids
+            pending = d.pending_ids()
             ended = await d.stop()
-            cancelled = [j for j in pending if d.core.job(j).state is JobState.CANCELLED]
-            return _ok({"ended_jobs": ended, "cancelled_pending": cancelled, "not_ended": d.stop_not_ended,
-                        "not_saved": d.stop_unsaved, "not_reached": d.stop_unreached})
+            cancelled = [j for j in pending if d.job(j).state is JobState.CANCELLED]
+            notes = d.stop_notes()
+            return _ok({"ended_jobs": ended, "cancelled_pending": cancelled, "not_ended": notes.not_ended,
+                        "not_saved": notes.not_saved, "not_reached": notes.not_reached})
         if isinstance(req, Hello):
             return _error("bad_request", "hello was already received on this connection")
         return _error("bad_request", f"unsupported request {type(req).__name__}")
-
-    def _queue(self, req: Queue) -> QueueDocument:
-        d = self.daemon
-        now = d.now()
-        if req.job_ids is not None:
-            jobs = [d.core.job(j) for j in req.job_ids]
-        else:
-            jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
-        pending = d.core.pending_ids
-        # The first that waits for nodes: one the cluster is too small for waits for no turn.
-        head = next((j for j in pending if j not in d.core.cannot_start), None)
-        blocked = bool(pending) and d.storage_problem() is not None
-        cut_off = set(d.cut_off())
-        return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining,
-                                                             j.job_id in cut_off))
-                                   for j in jobs])
-
-    def _status(self) -> StatusInfo:
-        d = self.daemon
-        counts = Counter(j.state.value for j in d.core.jobs.values())
-        return StatusInfo(
-            version=__version__,
-            protocol=PROTOCOL_VERSION,
-            pid=os.getpid(),
-            mode=d.config.mode,
-            policy=d.core.policy.name,
-            policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in d.policy_settings.items()},
-            started_at=d.started_at,
-            control_address=d.control_address,
-            app_address=d.app_address,
-            nodes=node_infos(d.core.nodes),
-            jobs_by_state=dict(counts),
-            journal=None if d.journal is None else str(d.journal.path),
-            recovered_jobs=d.recovered_jobs,
-            salvaged=d.salvaged,
-            storage=d.storage_problem(),
-            applications=d.app_channel_problem(),
-            allocation=None if d.allocation is None else d.allocation.status(),
-            metrics=d.metrics_url,
-        )
 
 
 def _bad_request(line: bytes, exc: ValidationError) -> bytes:

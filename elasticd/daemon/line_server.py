@@ -17,11 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the daemon hands itself over; only its type is named here
-    from elasticd.daemon.service import Daemon
-
+from typing import Protocol
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -31,6 +27,19 @@ LOG_BURST = 20
 LOG_WINDOW_S = 10.0
 # A connection past the unauthenticated cap is dropped only after this long without a hello.
 UNPROVEN_GRACE_S = 1.0
+
+
+class ChannelLimits(Protocol):
+    """The bounds a channel keeps (DaemonConfig holds them; README: Limits)."""
+
+    @property
+    def max_connections(self) -> int: ...
+
+    @property
+    def max_unauthenticated(self) -> int: ...
+
+    @property
+    def hello_timeout(self) -> float: ...
 
 
 class RefusalLog:
@@ -71,8 +80,8 @@ def _peer_text(peer: object) -> str:
 class LineServer:
     channel = "line"
 
-    def __init__(self, daemon: Daemon, max_line: int, logger: logging.Logger) -> None:
-        self.daemon = daemon
+    def __init__(self, limits: ChannelLimits, max_line: int, logger: logging.Logger) -> None:
+        self.limits = limits
         self.max_line = max_line
         self.log = logger
         self.refused = RefusalLog(logger, self.channel)
@@ -97,7 +106,7 @@ class LineServer:
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Count the connection against the channel's limits for as long as it lives."""
-        cfg = self.daemon.config
+        cfg = self.limits
         peer = writer.get_extra_info("peername")
         now = time.monotonic()
         self._make_room(now)
@@ -125,7 +134,7 @@ class LineServer:
     def _make_room(self, now: float) -> None:
         """Drop the oldest connections still without a hello while over a limit, once they
         have had their grace period (which a client that says hello at once never needs)."""
-        cfg = self.daemon.config
+        cfg = self.limits
         grace = min(UNPROVEN_GRACE_S, cfg.hello_timeout / 2)
         while self._unproven and (
             self.connections >= cfg.max_connections or len(self._unproven) >= cfg.max_unauthenticated

@@ -22,32 +22,35 @@ import secrets
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
+from elastic_protocol.control import Queue, QueueDocument, StatusInfo
 from elastic_protocol.jobspec import JobKind, JobSpec
-from elastic_protocol.version import MAX_APP_LINE_BYTES, MAX_LINE_BYTES
-from elasticd import __version__, defaults
+from elastic_protocol.version import PROTOCOL_VERSION
+from elasticd import __version__
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
-from elasticd.core.allocation_plan import AllocationRules
 from elasticd.core.engine import Core
 from elasticd.core.events import Event, OrderKind
 from elasticd.core.job import Job
 from elasticd.core.record import restore_job
 from elasticd.daemon.allocation_resize import AllocationResizer, run_every
-from elasticd.daemon.app_server import AppServer
+from elasticd.daemon.app_server import AppLink, AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
-from elasticd.daemon.control_server import ControlServer
+from elasticd.daemon.config import DaemonConfig
+from elasticd.daemon.control_server import ControlServer, StopNotes
 from elasticd.daemon.journal import LOG_SEQ, Journal
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
 from elasticd.daemon.room import make_reserve, reserve_note
 from elasticd.daemon.salvage import salvage
 from elasticd.daemon.statecheck import check as check_state_dir
+from elasticd.daemon.views import job_info, job_note, node_infos
 from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, ResizeRejected, StateWriteError
 from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
@@ -72,69 +75,11 @@ _DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.HoldRelea
 
 
 @dataclass
-class DaemonConfig:
-    state_dir: Path
-    node_names: list[str]
-    policy: str = defaults.POLICY
-    mode: str = "local"
-    listen_host: str = "127.0.0.1"
-    app_host: str = "127.0.0.1"
-    control_port: int = 0
-    app_port: int = 0
-    kill_wait: float = defaults.KILL_WAIT
-    order_deadline: float = defaults.ORDER_DEADLINE
-    min_resize_interval: float = defaults.MIN_RESIZE_INTERVAL
-    # Policies are also run this often while jobs exist. A job's resize interval, deferral or
-    # refusal back-off ending has a pass of its own at that instant (_arm_guard).
-    schedule_interval: float = defaults.SCHEDULE_INTERVAL
-    policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
-    policy_config: str | None = None
-    # Limits that keep a misbehaving client from exhausting the daemon (README: Limits).
-    max_connections: int = 256  # per channel (control, application)
-    max_unauthenticated: int = 32  # per channel, before their hello; the oldest is dropped
-    hello_timeout: float = 10.0
-    max_line_bytes: int = MAX_LINE_BYTES  # control-channel requests
-    max_app_line_bytes: int = MAX_APP_LINE_BYTES
-    max_queued_jobs: int = 100_000  # PENDING jobs; a submit past it is refused (queue_full)
-    # Cluster mode: how processes reach the nodes (local | ssh | srun), and its settings.
-    launcher: str = "local"
-    launcher_options: dict[str, Any] = field(default_factory=dict)
-    # Save every state change in the state directory and recover from it at start.
-    journal: bool = True
-    # No job is started while the state directory's file system has less free than this.
-    min_free_space: int = defaults.MIN_FREE_SPACE_MIB << 20
-    # Start on a state directory whose journal is missing, empty or damaged, recovering every
-    # record that can be read (elasticd.daemon.salvage).
-    salvage: bool = False
-    # Start although running jobs of the journal hold nodes that this start leaves out: they
-    # end NODE_FAIL and their processes are ended. Without it such a start is refused.
-    drop_missing_nodes: bool = False
-    # Bytes a job's output files may hold in all (a job file's output_cap, in MiB, overrides).
-    output_cap: int = defaults.OUTPUT_CAP_MIB << 20
-    # Serve Prometheus metrics on this port of listen_host (None: not at all).
-    metrics_port: int | None = None
-    output_check_interval: float = 0.5
-    # The Slurm allocation shrinks and grows (elasticd.daemon.allocation_resize): its rules,
-    # the daemon's own Slurm job, and what companion allocations are submitted with.
-    allocation_rules: AllocationRules | None = None
-    slurm_job: str | None = None
-    sbatch_args: list[str] = field(default_factory=list)
-
-
-@dataclass
 class _Timers:
     limits: dict[int, TimerHandle] = field(default_factory=dict)
     orders: dict[int, TimerHandle] = field(default_factory=dict)
     # A pass when time no longer keeps the policy from ordering a job (Core.orders_wait_until).
     guards: dict[int, TimerHandle] = field(default_factory=dict)
-
-
-class AppLink(Protocol):
-    """The registered application connection of a job, as the daemon sees it."""
-
-    def send(self, line: bytes) -> bool: ...
-
-    def pending_input(self) -> bool: ...
 
 
 # Events after which time may keep the policy from ordering a job for a while (it was resized,
@@ -296,8 +241,8 @@ class Daemon:
     # ---- life cycle ----------------------------------------------------------------
     async def serve(self, ready: asyncio.Future[None] | None = None) -> None:
         cfg = self.config
-        control = ControlServer(self)
-        app = AppServer(self)
+        control = ControlServer(self, cfg, cfg.max_line_bytes)
+        app = AppServer(self, cfg, cfg.max_app_line_bytes)
         # No pass before the running jobs are taken back (_recover): the servers listen and
         # the launcher reaches its nodes first, and a pass then (an application reconnecting
         # asks for one) would see a node not yet found unreachable as idle and a job whose
@@ -1644,6 +1589,70 @@ class Daemon:
                 self._changed.notify_all()
 
         self._spawn(notify(), "notify")
+
+    def queue(self, req: Queue) -> QueueDocument:
+        d = self
+        now = d.now()
+        if req.job_ids is not None:
+            jobs = [d.core.job(j) for j in req.job_ids]
+        else:
+            jobs = [j for j in d.core.jobs.values() if req.all or not j.state.is_final]
+        pending = d.core.pending_ids
+        # The first that waits for nodes: one the cluster is too small for waits for no turn.
+        head = next((j for j in pending if j not in d.core.cannot_start), None)
+        blocked = bool(pending) and d.storage_problem() is not None
+        cut_off = set(d.cut_off())
+        return QueueDocument(generated_at=now,
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining,
+                                                             j.job_id in cut_off))
+                                   for j in jobs])
+
+    def status(self) -> StatusInfo:
+        d = self
+        counts = Counter(j.state.value for j in d.core.jobs.values())
+        return StatusInfo(
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            mode=d.config.mode,
+            policy=d.core.policy.name,
+            policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in d.policy_settings.items()},
+            started_at=d.started_at,
+            control_address=d.control_address,
+            app_address=d.app_address,
+            nodes=node_infos(d.core.nodes),
+            jobs_by_state=dict(counts),
+            journal=None if d.journal is None else str(d.journal.path),
+            recovered_jobs=d.recovered_jobs,
+            salvaged=d.salvaged,
+            storage=d.storage_problem(),
+            applications=d.app_channel_problem(),
+            allocation=None if d.allocation is None else d.allocation.status(),
+            metrics=d.metrics_url,
+        )
+
+    # ---- what the channels ask (control_server.ControlCalls, app_server.AppCalls) ----------
+    def job(self, job_id: int) -> Job:
+        return self.core.job(job_id)
+
+    def pending_ids(self) -> list[int]:
+        return self.core.pending_ids
+
+    def job_secret(self, job_id: int) -> str | None:
+        return self.job_secrets.get(job_id)
+
+    def leader(self, job_id: int) -> AppLink | None:
+        return self.app_links.get(job_id)
+
+    def values(self, job_id: int) -> Mapping[str, str]:
+        return self.job_values.get(job_id, {})
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def stop_notes(self) -> StopNotes:
+        return StopNotes(self.stop_not_ended, self.stop_unsaved, self.stop_unreached)
 
     async def wait_jobs(self, job_ids: list[int] | None, timeout: float | None) -> bool:
         """True once every given job (all jobs when None) has ended; False on timeout."""
