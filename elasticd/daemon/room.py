@@ -3,18 +3,22 @@
 Why a module of its own: a full disk is not damage. The start checks (statecheck) and the
 salvage refuse a full disk before they read anything (a WAL journal needs room for its index
 just to be read), and the daemon keeps a reserve file so that it can be started again on a
-full disk, take its running jobs back and record their ends. What is in here reads sizes and
-writes only the reserve; it never reads the journal but for a message.
+full disk, take its running jobs back and record their ends; while it runs (DiskRoom), it
+takes no submission and starts no job without room. What is in here reads sizes and writes
+only the reserve; it never reads the journal but for a message.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from pathlib import Path
 
 from elasticd.daemon.journal import JOURNAL_FILE
 from elasticd.errors import JournalError
+
+log = logging.getLogger("elasticd")
 
 
 class StateDirFull(JournalError):
@@ -158,3 +162,54 @@ def is_full_error(exc: BaseException) -> bool:
         return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
+
+
+class DiskRoom:
+    """While the daemon runs: whether the state directory's disk has room to take
+    submissions and start jobs. Neither waits when it has not: what the daemon holds stays
+    recordable, and the jobs' own output is not the next write to fail."""
+
+    def __init__(self, state_dir: Path, min_free_space: int, reserve: bool) -> None:
+        self.state_dir = state_dir
+        self.min_free_space = min_free_space
+        # Set while the state directory has no reserve (given up to start on a full disk:
+        # room_to_start) and no room to make it again: what room there is records the jobs
+        # the daemon holds; it takes no submission and starts nothing meanwhile.
+        self.reserve_missing: str | None = None
+        self.space_warning: str | None = None
+        if reserve and not make_reserve(state_dir):
+            self.reserve_missing = reserve_note(state_dir)
+            log.warning("%s", self.reserve_missing)
+
+    def without_reserve(self) -> str | None:
+        """Why submissions and starts wait: the state directory's reserve is missing and
+        cannot be made yet (make_reserve). Once it can, they are taken again."""
+        if self.reserve_missing is None or not make_reserve(self.state_dir):
+            return self.reserve_missing
+        log.warning("state directory has room again: its reserve is made again; taking submissions")
+        self.reserve_missing = None
+        return None
+
+    def short_of_space(self) -> bool:
+        """No job starts while the state directory's file system is nearly full: its journal,
+        event log and the jobs' own output would be the next to fail."""
+        if self.without_reserve() is not None:
+            self.space_warning = self.reserve_missing
+            return True
+        try:
+            st = os.statvfs(self.state_dir)
+        except OSError:
+            return False
+        free = st.f_bavail * st.f_frsize
+        if free >= self.min_free_space:
+            if self.space_warning is not None:
+                log.warning("state directory has room again (%d MiB free); starting jobs", free >> 20)
+                self.space_warning = None
+            return False
+        has = f"{free >> 20} MiB" if free >= 1 << 20 else f"{free} bytes"
+        msg = (f"not starting jobs: state directory {self.state_dir} is short of space: {has} free on its file "
+               f"system, less than --min-free-space ({self.min_free_space >> 20} MiB)")
+        if self.space_warning is None:
+            log.error(msg)  # once, not at every byte the disk loses
+        self.space_warning = msg
+        return True

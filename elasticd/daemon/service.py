@@ -18,15 +18,12 @@ import asyncio
 import dataclasses
 import logging
 import os
-import secrets
 import signal
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
 from elastic_protocol.control import Queue, QueueDocument, StatusInfo
@@ -44,15 +41,17 @@ from elasticd.daemon.app_server import AppLink, AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.config import DaemonConfig
 from elasticd.daemon.control_server import ControlServer, StopNotes
-from elasticd.daemon.journal import LOG_SEQ, Journal
+from elasticd.daemon.feed import CoreFeed
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
-from elasticd.daemon.room import make_reserve, reserve_note
+from elasticd.daemon.persistence import Persistence
+from elasticd.daemon.room import DiskRoom
 from elasticd.daemon.salvage import salvage
 from elasticd.daemon.statecheck import check as check_state_dir
+from elasticd.daemon.tasks import LoopTasks
+from elasticd.daemon.timers import JobTimers
 from elasticd.daemon.views import job_info, job_note, node_infos
 from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, ResizeRejected, StateWriteError
-from elasticd.eventlog import EventLogError, EventLogWriter
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
@@ -68,18 +67,9 @@ from elasticd.statedir import (
 
 log = logging.getLogger("elasticd")
 
-# Events that decide something (see Daemon._do): committed before they take effect.
-_DECISIONS = (ev.Submitted, ev.CancelRequested, ev.ResizeRequested, ev.HoldReleased, ev.PassDue, ev.ShrinkAnswered,
-              ev.GrowAnswered, ev.OrderRefused, ev.OrderDeferred, ev.NodesRequested, ev.HostsReleased,
-              ev.NodesAdded, ev.NodesRemoved)
-
-
 @dataclass
 class _Timers:
-    limits: dict[int, TimerHandle] = field(default_factory=dict)
     orders: dict[int, TimerHandle] = field(default_factory=dict)
-    # A pass when time no longer keeps the policy from ordering a job (Core.orders_wait_until).
-    guards: dict[int, TimerHandle] = field(default_factory=dict)
 
 
 # Events after which time may keep the policy from ordering a job for a while (it was resized,
@@ -162,22 +152,14 @@ class Daemon:
         # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
         self._hostfiles: dict[int, tuple[str, ...]] = {}
         self._deadline_waits: dict[int, int] = {}
-        self.metrics: DaemonMetrics | None = None
+        self.metrics: DaemonMetrics | None = DaemonMetrics() if config.metrics_port is not None else None
         self.metrics_url: str | None = None  # where they are served: the port bound, --metrics-port 0 too
         self._order_sent_at: dict[int, float] = {}
-        # Job-scoped rendezvous values (put/get on the application channel).
-        self.job_values: dict[int, dict[str, str]] = {}
         self.secret = new_secret()
-        self.job_secrets: dict[int, str] = {}
         self.started_at = self.now()
         self._timers = _Timers()
-        self._schedule_pending = False
-        self._changed = asyncio.Condition()
-        self._stopping = asyncio.Event()
-        self._stopped = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.tasks = LoopTasks()
         self._tick_handle: TimerHandle | None = None
-        self._persist_pending = False
         self.control_address = ""
         self.app_address = ""
         self.salvaged: str | None = None
@@ -187,30 +169,15 @@ class Daemon:
                 log.warning("%s", self.salvaged)
             else:
                 check_state_dir(config.state_dir)  # DamagedState: refuse rather than start afresh
-        self.journal: Journal | None = Journal(config.state_dir) if config.journal else None
-        # Set while the state directory has no reserve (given up to start on a full disk:
-        # room.room_to_start) and no room to make it again: what room there is records
-        # the jobs the daemon holds; it takes no submission and starts nothing meanwhile.
-        self.reserve_missing: str | None = None
-        if config.journal and not make_reserve(config.state_dir):
-            self.reserve_missing = reserve_note(config.state_dir)
-            log.warning("%s", self.reserve_missing)
-        # The history (events.jsonl), kept where the journal is and written after its commits.
-        self.event_log: EventLogWriter | None = EventLogWriter(config.state_dir) if config.journal else None
+        self.persistence = Persistence(config, self.core, self.clock, self.metrics)
+        self.room = DiskRoom(config.state_dir, config.min_free_space, reserve=config.journal)
+        self.feed = CoreFeed(self.core, self.clock, self.persistence, self.room, self.tasks)
+        self.timers = JobTimers(self.core, self.clock, self.feed)
         self._restored_at = self.now()
         self.recovered_jobs = 0
         # (the previous daemon's application port, the one listened on instead): set when
         # another process held it at this start (app_channel_problem).
         self.app_port_taken: tuple[int, int] | None = None
-        # The last failed write to the state directory, until one succeeds (elasticd status).
-        self.write_error: str | None = None
-        self.space_warning: str | None = None
-        self._write_error_logged = 0.0
-        # Secrets and rendezvous values changed since the last commit that saved them: written
-        # from memory at each commit, so that one that failed loses none of them (the journal's
-        # rollback drops what it held).
-        self._dirty_secrets: set[int] = set()
-        self._dirty_values: set[tuple[int, str | None]] = set()
         # An application's answer that could not be saved (the disk was full), by order: what
         # the order is settled with at its deadline, never hosts the application did not name.
         self._unsaved_answers: dict[int, tuple[Event, tuple[int, str, tuple[str, ...], str]]] = {}
@@ -218,8 +185,6 @@ class Daemon:
         # retry of it is `ok`, not `unknown_order`.
         self._taken_late: dict[int, tuple[int, str, tuple[str, ...], str]] = {}
         self._restored_limits: list[Action] = []
-        # While the jobs of a previous daemon are taken back, no pass runs (see _recover).
-        self._recovering = False
         # Jobs whose cut-short launch recovery is ending (_requeue_cut_short): the launcher's
         # report that their processes are gone resolves these, and is not the job's end.
         self._cut_short: dict[int, asyncio.Future[None]] = {}
@@ -234,6 +199,17 @@ class Daemon:
         self.stop_not_ended: str | None = None  # jobs the stop did not see end, and what comes of them
         self._record: DaemonRecord | None = None  # what daemon.json says, kept written (_keep_record)
         self._record_unwritten = False
+        self.feed.on_action(Launch, self._launch_action)
+        self.feed.on_action(Terminate, self._terminate_action)
+        self.feed.on_action(LaunchJoining, self._join_action)
+        self.feed.on_action(SendOrder, self._send_order)
+        self.feed.on_action(Reclaim, self._reclaim_action)
+        self.feed.on_action(ArmLimit, self.timers.arm_limit)
+        self.feed.check_wiring()
+        self.feed.after_event(self.timers.after_event)
+        self.feed.after_event(self._tell_apps)
+        for forget in (self._forget_job, self.timers.forget, self.persistence.forget_job):
+            self.feed.on_job_end(forget)
 
     def now(self) -> float:
         return self.clock.now()
@@ -250,13 +226,12 @@ class Daemon:
         # onto that node, failed to start there ("no running processes to join"), freed the
         # node and ordered it again, hundreds of times a second until the node's connect
         # timed out.
-        self._recovering = True
+        self.feed.hold_passes()
         ports = self._restore()
         # The segment opens before anything can feed the core (the launcher's start reports the
         # nodes it cannot reach): its events must follow the header that a replay builds on.
         self._log_start()
-        if cfg.metrics_port is not None:
-            self.metrics = DaemonMetrics()
+        if self.metrics is not None and cfg.metrics_port is not None:
             self.metrics.count_from_now(self.core)
             port = self.metrics.serve(cfg.listen_host, cfg.metrics_port)
             self.metrics_url = f"http://{cfg.listen_host}:{port}/metrics"
@@ -275,11 +250,9 @@ class Daemon:
             self.app_port_taken = (wanted_app_port, aport)
         self.control_address = f"{chost}:{cport}"
         self.app_address = f"{ahost}:{aport}"
-        if self.journal is not None:
-            # Applications of running jobs reconnect to the same address after a restart.
-            self.journal.save_meta({"control_port": str(cport), "app_port": str(aport)})
+        self.persistence.save_ports(cport, aport)
         await self._recover()
-        self.persist()
+        self.persistence.persist()
         self._record = DaemonRecord(
             pid=os.getpid(),
             control_host=chost,
@@ -294,7 +267,7 @@ class Daemon:
         write_record(cfg.state_dir, self._record)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, lambda: self._spawn(self.stop(), "stop-on-signal"))
+            loop.add_signal_handler(sig, lambda: self.tasks.spawn(self.stop(), "stop-on-signal"))
         # A full disk under RLIMIT_FSIZE must fail a write (EFBIG), not kill the daemon.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         log.info(
@@ -303,23 +276,22 @@ class Daemon:
             self.core.nodes.total, cfg.policy,
         )
         self._tick_handle = self.clock.call_at(self.now() + cfg.schedule_interval, self._tick)
-        self._spawn(self._watch_outputs(), "output-cap")
+        self.tasks.spawn(self._watch_outputs(), "output-cap")
         if cfg.allocation_rules is not None and cfg.slurm_job:
             self.allocation = AllocationResizer(
                 self.core, self.launcher, cfg.allocation_rules, cfg.slurm_job, cfg.state_dir,
                 self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args, resize=self.resize,
                 node_down=self.node_down)
             await self.allocation.start()
-            self._spawn(run_every(1.0, self.allocation.tick), "allocation")
+            self.tasks.spawn(run_every(1.0, self.allocation.tick), "allocation")
         if ready is not None:
             ready.set_result(None)
         try:
-            await self._stopped.wait()
+            await self.tasks.wait_stopped()
         finally:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
-            for handle in self._timers.guards.values():
-                handle.cancel()
+            self.timers.cancel_guards()
             csrv.close()
             asrv.close()
             if self.allocation is not None and self.stopping:
@@ -333,25 +305,23 @@ class Daemon:
                     await asyncio.wait_for(closing, 2.0)
                 except TimeoutError:
                     log.error("stopping: closing the %s took more than 2 s; going on", what)
-            await self._cancel_tasks(2.0)
-            if self.journal is not None:
-                self.persist()  # the last events, and their history
-                # A stop ends every job: nothing is left for a later daemon to recover.
-                self.journal.close(finished=self.stopping and not self.core.active_ids)
-                self.journal = None
+            await self.tasks.cancel_all(2.0)
+            # The last events, and their history. A stop ends every job: nothing is left for a
+            # later daemon to recover.
+            self.persistence.close(finished=self.stopping and not self.core.active_ids)
             remove_record(cfg.state_dir, os.getpid())
             log.info("elasticd stopped")
 
     async def stop(self) -> list[int]:
         """End every running job cleanly (and report which were seen ending), cancel the queue, exit."""
-        if self._stopping.is_set():
-            await self._stopped.wait()
+        if self.tasks.stopping:
+            await self.tasks.wait_stopped()
             return []
-        self._stopping.set()
+        self.tasks.begin_stop()
         now = self.now()
         running = self.core.active_ids
         log.info("stopping: ending %d running job(s) %s", len(running), running)
-        self._do(ev.StopRequested(now))
+        self.feed.do(ev.StopRequested(now))
         # Meanwhile, the nodes lost under jobs are tried once more (cluster mode): what those
         # jobs left there is otherwise ended only when the node is retried, after the stop.
         reach = getattr(self.launcher, "reach_lost", None)
@@ -383,7 +353,7 @@ class Daemon:
                 f"`elasticd start` on {self.config.state_dir} takes them back and ends what is left of them (a job "
                 "whose processes left no recorded exit then ends NODE_FAIL)")
         self.stop_unsaved = self._final_save()
-        self._stopped.set()
+        self.tasks.mark_stopped()
         unseen = {j for jobs in unreached.values() for j in jobs}
         return [j for j in running if j not in left and j not in unseen]
 
@@ -393,15 +363,15 @@ class Daemon:
         at the next start as last saved: one that was running then ends as the exit status
         its processes left says (its wrapper's, kept on a full disk too: fresh_proc_files),
         or NODE_FAIL where there is none."""
-        if self.journal is None:
+        if not self.persistence.enabled:
             return None
-        self.persist()
-        if self.write_error is None:
+        self.persistence.persist()
+        if self.persistence.write_error is None:
             return None
         changed = self.core.take_changed()
         self.core.requeue_changed(changed)
         ids = ", ".join(str(j.job_id) for j in changed) or "none"
-        msg = (f"could not save the final state of job(s) {ids}: {self.write_error}. A daemon started again on "
+        msg = (f"could not save the final state of job(s) {ids}: {self.persistence.write_error}. A daemon started again on "
                f"{self.config.state_dir} shows them as last saved (one saved running ends there as its processes' "
                f"recorded exit says: FAILED with the signal that ended it, or NODE_FAIL without one); "
                f"their ends are in {self.config.state_dir / 'daemon.log'}")
@@ -410,137 +380,21 @@ class Daemon:
 
     async def _wait_for(self, done: Callable[[], bool], timeout: float) -> bool:
         """Wait until `done()` holds after a change, at most `timeout` seconds."""
-        try:
-            async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(done), timeout)
-        except TimeoutError:
-            return done()
-        return True
+        return await self.tasks.wait(done, timeout) or done()
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
-
-    def _spawn(self, coro: Any, name: str | None = None) -> None:
-        """Every task the daemon starts is named, kept, and cancelled and awaited at stop."""
-        task = asyncio.get_running_loop().create_task(coro, name=name or getattr(coro, "__qualname__", None))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("internal task %s failed", task.get_name(), exc_info=task.exception())
-
-    async def _cancel_tasks(self, timeout: float) -> None:
-        current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current and not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=timeout)
-            if pending:
-                log.error("tasks still running at stop: %s", ", ".join(t.get_name() for t in pending))
+        return self.tasks.stopping
 
     # ---- the journal -----------------------------------------------------------------
     def persist(self) -> None:
-        """Save what changed (facts the daemon learned: exits, hosts gone, ...); called before
-        any reply is written or any action carried out. A failed save is logged and retried
-        at the next one: the facts stay in memory, the journal is behind until it heals."""
-        self._persist_pending = False
-        try:
-            self._commit()
-        except StateWriteError as exc:
-            self._write_failed(exc)
-
-    def _commit(self) -> None:
-        """Save what changed, or raise StateWriteError with nothing saved."""
-        j = self.journal
-        if j is None:
-            self.core.take_changed()
-            return
-        changed = self.core.take_changed()
-        try:
-            restored = j.ensure_in_place()
-            if restored is not None:
-                log.error("the journal %s was %s while the daemon ran: written again from the daemon's copy of "
-                          "it (%d job(s))", j.path, restored, len(self.core.jobs))
-            if changed:
-                j.save_jobs(changed)
-            j.save_meta({"next_order": str(self.core.next_order_id), "next_job_id": str(self.core.next_job_id)})
-            if self.event_log is not None:
-                # The last record this commit covers: written to the log only after it, so
-                # the log never goes past it, and a journal behind its log was set back
-                # (statecheck.check refuses it).
-                j.save_meta({LOG_SEQ: str(self.event_log.seq)})
-            if self.write_error is not None:
-                # After a failed write, one that reaches the disk is the only proof it takes
-                # writes again (there may be nothing else to save).
-                j.save_meta({"last_write_check": repr(self.now())})
-            for jid in sorted(self._dirty_secrets):
-                j.save_secret(jid, self.job_secrets.get(jid))
-            for jid, key in sorted(self._dirty_values, key=lambda k: (k[0], k[1] is not None, k[1] or "")):
-                j.save_value(jid, key, None if key is None else self.job_values.get(jid, {}).get(key))
-            t0 = time.monotonic()
-            wrote = j.commit()
-            if self.metrics is not None:
-                self.metrics.commit_seconds.observe(time.monotonic() - t0)
-        except (sqlite3.Error, StateWriteError) as exc:
-            j.rollback()
-            self.core.requeue_changed(changed)
-            failed = exc if isinstance(exc, StateWriteError) else \
-                StateWriteError(f"cannot save to {self.config.state_dir}: {exc}")
-            self._write_failed(failed)
-            raise failed from None
-        self._dirty_secrets.clear()
-        self._dirty_values.clear()
-        flushed = self._flush_event_log()
-        if self.write_error is not None and wrote and flushed:
-            # Only a write that reached the disk says so (a commit with nothing to write
-            # proves nothing while the disk is still full).
-            log.warning("state directory writable again%s; journal up to date",
-                        f": {len(changed)} job change(s) held in memory saved" if changed else "")
-            self.write_error = None
-
-    def _write_failed(self, exc: StateWriteError) -> None:
-        """Remember (for `elasticd status`) and log, once per distinct error and minute."""
-        now = self.now()
-        if self.write_error != str(exc) or now - self._write_error_logged > 60:
-            log.error("%s; until a write succeeds, what the daemon learns (exits, cancels) is kept in memory and "
-                      "saved at the next write, and decisions (submissions, answers, starts) are refused", exc)
-            self._write_error_logged = now
-        self.write_error = str(exc)
-
-    def _flush_event_log(self) -> bool:
-        """The history of what was just committed; late (kept and retried), never ahead.
-        False when it could not be written."""
-        if self.event_log is None:
-            return True
-        try:
-            self.event_log.flush()
-        except EventLogError as exc:
-            log.error("%s (%d record(s) kept, retried at the next commit)", exc, self.event_log.pending)
-            return False
-        finally:
-            if self.event_log.lost is not None:
-                log.error("%s", self.event_log.lost)
-                self.event_log.lost = None
-        return True
-
-    def _persist_soon(self) -> None:
-        """Save at the end of this loop turn the changes that have no reply or action."""
-        if not self._persist_pending:
-            self._persist_pending = True
-            asyncio.get_running_loop().call_soon(self.persist)
+        self.persistence.persist()
 
     def _restore(self) -> dict[str, int]:
         """Take the saved jobs into the core; the ports the previous daemon listened on."""
-        if self.journal is None:
+        saved = self.persistence.load()
+        if saved is None:
             return {}
-        saved = self.journal.load()
-        if self.event_log is not None:
-            self.event_log.resume(int(saved.meta.get(LOG_SEQ, "0")))
-        from elastic_protocol.jobspec import JobSpec
 
         now = self._restored_at = self.now()
         t0 = time.perf_counter()
@@ -552,8 +406,7 @@ class Daemon:
         if saved.empty:
             return {k: int(saved.meta[k]) for k in ("control_port", "app_port") if k in saved.meta}
         active = set(self.core.active_ids)
-        self.job_secrets = {j: s for j, s in saved.secrets.items() if j in active}
-        self.job_values = {j: v for j, v in saved.values.items() if j in active}
+        self.persistence.keep_saved(saved, active)
         for jid in active:
             self._restore_voided(jid)
         self.recovered_jobs = len(jobs)
@@ -603,13 +456,13 @@ class Daemon:
         """Find the processes of the jobs that were running and settle what was in flight.
         No pass runs meanwhile: a requeued job is started again only once whatever its cut
         short launch left is ended (_requeue_cut_short, _end_strays)."""
-        self._recovering = True
+        self.feed.hold_passes()
         try:
             await self._take_back()
             await self._end_strays()
         finally:
-            self._recovering = False
-        self._schedule_soon()
+            self.feed.release_passes()
+        self.feed.pass_soon()
 
     async def _take_back(self) -> None:
         """Each job that held nodes: its processes found again and watched; or, none found,
@@ -631,8 +484,8 @@ class Daemon:
                 # before any pass can start the job again.
                 why = "started, but never launched: the daemon stopped before its processes were started"
                 log.warning("job %d: %s; back in the queue", jid, why)
-                self._do(ev.NeverLaunched(now, jid, why))
-                self._job_ended(jid)
+                self.feed.do(ev.NeverLaunched(now, jid, why))
+                self.feed.job_ended(jid)
                 continue
             if not found:
                 # "Not found", not "gone": a process whose wrapper died is not found by it,
@@ -641,8 +494,8 @@ class Daemon:
                        "are ended by the job's tag)" if adopt is not None
                        else f"the {self.config.launcher} launcher cannot find processes again after a restart")
                 log.warning("job %d: %s: NODE_FAIL", jid, why)
-                self._do(ev.JobLost(now, jid, why))
-                self._job_ended(jid)
+                self.feed.do(ev.JobLost(now, jid, why))
+                self.feed.job_ended(jid)
                 continue
             log.info("job %d: found again on %s", jid, ",".join(found))
             if not job.launched:
@@ -655,12 +508,12 @@ class Daemon:
                     continue
                 if missing:
                     log.warning("job %d: its launch was cut short: no process on %s", jid, ",".join(missing))
-                self._do(ev.Launched(now, jid))
+                self.feed.do(ev.Launched(now, jid))
             if jid in limits:
-                self._arm_limit(limits[jid])
+                self.timers.arm_limit(limits[jid])
             order = job.order
             if job.ending_as is not None:
-                self._execute([Terminate(jid, tuple(job.hosts), job.ending_as)])
+                self.feed.execute([Terminate(jid, tuple(job.hosts), job.ending_as)])
             elif order is not None and not order.settled:
                 # The previous daemon may have sent it: however it is settled without the
                 # application, the application is told when it registers again.
@@ -668,13 +521,13 @@ class Daemon:
                 self.app_hosts[jid] = self._held(job)
                 if order.kind is OrderKind.GROW and not set(order.new_hosts) <= set(found):
                     # Its processes on the new hosts were never started: take them back.
-                    self._do(ev.OrderUndeliverable(now, jid, order.order_id))
+                    self.feed.do(ev.OrderUndeliverable(now, jid, order.order_id))
                 else:
                     # Settled when the application reconnects (resume) or at the deadline.
                     self._timers.orders[order.order_id] = self.clock.call_at(
                         now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
             if job.leaving:
-                self._execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
+                self.feed.execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
             self._give_back_unstarted(jid, found)
         if cut_short:
             await asyncio.gather(*(self._requeue_cut_short(jid, found, missing, limits.get(jid))
@@ -715,7 +568,7 @@ class Daemon:
         grow, or one made since for hosts the job no longer has) is settled here too."""
         order = job.order
         open_id = order.order_id if order is not None and not order.settled else None
-        self._do(ev.JoinLaunchFailed(self.now(), job.job_id, hosts, why))
+        self.feed.do(ev.JoinLaunchFailed(self.now(), job.job_id, hosts, why))
         if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
             self._order_settled(open_id)
 
@@ -746,14 +599,14 @@ class Daemon:
                       "seen to end: it is not started again; it ends as they do", jid, ",".join(missing),
                       ",".join(found))
             self._cut_short.pop(jid, None)
-            self._do(ev.Launched(self.now(), jid))
+            self.feed.do(ev.Launched(self.now(), jid))
             if limit is not None:
-                self._arm_limit(limit)
+                self.timers.arm_limit(limit)
             return
         self._cut_short.pop(jid, None)
         log.warning("job %d: %s; back in the queue", jid, why)
-        self._do(ev.NeverLaunched(self.now(), jid, why))
-        self._job_ended(jid)
+        self.feed.do(ev.NeverLaunched(self.now(), jid, why))
+        self.feed.job_ended(jid)
 
     def _all_checked(self, hosts: list[str]) -> bool:
         """Whether the launcher could look at every one of these hosts: on a node that is
@@ -782,17 +635,17 @@ class Daemon:
         self.clock.call_at(self.now() + 1.0, self._refresh_metrics)
 
     def submit(self, spec: JobSpec) -> int:
-        if self._without_reserve() is not None:
-            raise StateWriteError(f"not taken: {self.reserve_missing}; nothing was queued")
+        if self.room.without_reserve() is not None:
+            raise StateWriteError(f"not taken: {self.room.reserve_missing}; nothing was queued")
         if self.core.pending_count >= self.config.max_queued_jobs:
             raise QueueFull(f"the queue holds {self.config.max_queued_jobs} pending jobs, its limit; "
                             "submit again once some have started")
         job_id = self.core.next_job_id
-        self._do(ev.Submitted(self.now(), job_id, spec))
+        self.feed.do(ev.Submitted(self.now(), job_id, spec))
         if self.metrics is not None:
             self.metrics.submitted.inc()
         log.info("job %d submitted: %s, nodes %s", job_id, spec.name, spec.nodes)
-        self._schedule_soon()
+        self.feed.pass_soon()
         return job_id
 
     def cancel(self, job_id: int) -> tuple[str, str | None]:
@@ -803,10 +656,10 @@ class Daemon:
         event = ev.CancelRequested(self.now(), job_id)
         unsaved: str | None = None
         try:
-            self._do(event)
+            self.feed.do(event)
         except StateWriteError as exc:
             held = self.core.job(job_id).state.holds_nodes
-            self._do(event, saved=False)
+            self.feed.do(event, saved=False)
             after = ("ended as its processes' recorded exit says (they are ended now: FAILED with SIGTERM's "
                      "signal, or NODE_FAIL if none was recorded)" if held
                      else "PENDING again (cancel it again then)")
@@ -814,13 +667,13 @@ class Daemon:
                        f"as the state directory takes writes again; a daemon restarted before that shows the job "
                        f"{after}")
             log.warning("%s", unsaved)
-        self._notify()
-        self._schedule_soon()
+        self.feed.changed()
+        self.feed.pass_soon()
         return self.core.job(job_id).state.value, unsaved
 
     def resize(self, job_id: int, nodes: int, hold: bool = False) -> None:
-        self._do(ev.ResizeRequested(self.now(), job_id, nodes, hold))
-        self._notify()
+        self.feed.do(ev.ResizeRequested(self.now(), job_id, nodes, hold))
+        self.feed.changed()
 
     def release_hold(self, job_id: int) -> None:
         job = self.core.job(job_id)
@@ -829,17 +682,17 @@ class Daemon:
             # finished job (held until it ended) would be false. Refused here, as `resize`
             # refuses it, so that the core replays the logs that recorded such a release.
             raise ResizeRejected(f"job {job_id} is {job.state.value}, not running")
-        self._do(ev.HoldReleased(self.now(), job_id))
-        self._notify()
-        self._schedule_soon()
+        self.feed.do(ev.HoldReleased(self.now(), job_id))
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def _tick(self) -> None:
         self._tick_handle = self.clock.call_at(self.now() + self.config.schedule_interval, self._tick)
         self._keep_record()
         if self.core.pending_ids or self.core.active_ids:
-            self._schedule_soon()
-        elif self.write_error is not None:
-            self._persist_soon()  # what is held in memory is saved once the disk has room
+            self.feed.pass_soon()
+        elif self.persistence.write_error is not None:
+            self.persistence.persist_soon()  # what is held in memory is saved once the disk has room
 
     def _keep_record(self) -> None:
         """Write daemon.json again when it is gone or names another process (removed by hand
@@ -869,36 +722,36 @@ class Daemon:
         """The launcher cannot reach the node: its job ends (NODE_FAIL) or goes on without it."""
         owner = self.core.nodes.owner_of(host)
         log.warning("node %s down (%s)%s", host, why, "" if owner is None else f"; it runs job {owner}")
-        self._do(ev.NodeDown(self.now(), host))
-        self._notify()
-        self._schedule_soon()
+        self.feed.do(ev.NodeDown(self.now(), host))
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def nodes_added(self, hosts: list[str], refused: bool = False) -> None:
         """The allocation grew: these nodes (connected by the launcher) take jobs; or
         (`refused`) the batch system refused to take them back and they are used again."""
-        self._do(ev.NodesAdded(self.now(), tuple(hosts), refused))
-        self._notify()
-        self._schedule_soon()
+        self.feed.do(ev.NodesAdded(self.now(), tuple(hosts), refused))
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def nodes_removed(self, hosts: list[str]) -> None:
         """Idle nodes leave the allocation."""
-        self._do(ev.NodesRemoved(self.now(), tuple(hosts)))
-        self._notify()
+        self.feed.do(ev.NodesRemoved(self.now(), tuple(hosts)))
+        self.feed.changed()
 
     def node_up(self, host: str) -> None:
         log.info("node %s is up again", host)
-        self._do(ev.NodeUp(self.now(), host))
-        self._notify()
-        self._schedule_soon()
+        self.feed.do(ev.NodeUp(self.now(), host))
+        self.feed.changed()
+        self.feed.pass_soon()
 
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
         self.app_links[job_id] = link  # what it knows is set at the Registered event
-        self._do(ev.Registered(self.now(), job_id))
-        self._schedule_soon()
+        self.feed.do(ev.Registered(self.now(), job_id))
+        self.feed.pass_soon()
 
     def app_deregister(self, job_id: int) -> None:
-        self._do(ev.Unregistered(self.now(), job_id, final=True))
+        self.feed.do(ev.Unregistered(self.now(), job_id, final=True))
         self.app_links.pop(job_id, None)
         for table in (self.app_hosts, self.app_orders, self._untold, self._told_void):
             table.pop(job_id, None)
@@ -921,8 +774,8 @@ class Daemon:
             log.info("job %d: order %d stays open until its deadline, for the application to reconnect and "
                      "answer it", job_id, job.order.order_id)
         if job.malleable_ready:
-            self._do(ev.Unregistered(self.now(), job_id))
-        self._schedule_soon()
+            self.feed.do(ev.Unregistered(self.now(), job_id))
+        self.feed.pass_soon()
 
     def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
         """shrunk / grown / refuse / defer; raises OrderRejected for the application, and
@@ -949,7 +802,7 @@ class Daemon:
             raise OrderRejected("expired", f"order {order_id} was settled without this answer ({why}); "
                                 f"the job's hosts are now: {held}")
         try:
-            self._do(event)
+            self.feed.do(event)
         except StateWriteError:
             self._unsaved_answers[order_id] = (event, (order_id, verb, tuple(hosts), text))
             raise
@@ -962,8 +815,8 @@ class Daemon:
             confirm = getattr(_host_launcher(self.launcher), "confirm_joined", None)
             if confirm is not None:
                 confirm(job_id, event.hosts)
-        self._notify()
-        self._schedule_soon()
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def _on_join_failed(self, job_id: int, host: str, code: int, sig: int) -> None:
         """A process started for a grow died before the application took it: the grow is
@@ -976,9 +829,9 @@ class Daemon:
         why = f"the process started on {host} for the grow exited {code}:{sig} before the application took it"
         log.warning("job %d: order %d: %s", job_id, order.order_id, why)
         self._order_settled(order.order_id)
-        self._do(ev.OrderUndeliverable(self.now(), job_id, order.order_id, why=why))
-        self._notify()
-        self._schedule_soon()
+        self.feed.do(ev.OrderUndeliverable(self.now(), job_id, order.order_id, why=why))
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink) -> None:
         """An application reconnected (its connection dropped, or the daemon restarted) and
@@ -1013,46 +866,24 @@ class Daemon:
         if order is not None and not order.settled and order.order_id != order_id:
             log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
             self._order_settled(order.order_id)
-            self._do(ev.OrderUndeliverable(now, job_id, order.order_id))
-            self._notify()
-            self._schedule_soon()
+            self.feed.do(ev.OrderUndeliverable(now, job_id, order.order_id))
+            self.feed.changed()
+            self.feed.pass_soon()
         held = sorted(h for h in job.hosts if h not in job.leaving)
         if order_id is None and hosts and sorted(hosts) != held:
             log.warning("job %d: the application says it runs on %s, the daemon has %s", job_id,
                         ",".join(hosts), ",".join(held))
 
     def app_request(self, job_id: int, count: int) -> None:
-        self._do(ev.NodesRequested(self.now(), job_id, count))
-        self._schedule_soon()
+        self.feed.do(ev.NodesRequested(self.now(), job_id, count))
+        self.feed.pass_soon()
 
     def app_release(self, job_id: int, hosts: list[str]) -> None:
         job = self.core.job(job_id)
         if job.hosts and job.hosts[0] in hosts:
             raise OrderRejected("bad_hosts", f"release: {job.hosts[0]} is the job's first host, where its leader "
                                 "runs; it goes only with the job")
-        self._do(ev.HostsReleased(self.now(), job_id, tuple(hosts)))
-
-    def _schedule_soon(self) -> None:
-        self._persist_soon()
-        if self._schedule_pending or self.stopping:
-            return
-        self._schedule_pending = True
-        asyncio.get_running_loop().call_soon(self._run_schedule)
-
-    def _run_schedule(self) -> None:
-        self._schedule_pending = False
-        if self.stopping or self._recovering:
-            return  # after recovery: a requeued job is started only once its strays are ended
-        if self._short_of_space():
-            return
-        try:
-            self._do(ev.PassDue(self.now()))
-        except StateWriteError as exc:
-            self._write_failed(exc)  # nothing was started: the pass is made again at the next event
-        except Exception:
-            # A policy bug must not take the daemon and its jobs down with it; a pass is a
-            # transaction, so nothing of it was applied, and the next event asks again.
-            log.exception("scheduling failed; the queue is kept and asked again at the next event")
+        self.feed.do(ev.HostsReleased(self.now(), job_id, tuple(hosts)))
 
     def cut_off(self) -> list[int]:
         """The running resizable jobs whose applications cannot reconnect: started before this
@@ -1080,92 +911,11 @@ class Daemon:
         """What the state directory keeps from happening, in words (`elasticd status`, and
         the pending jobs' StateDiskFull): too little free space to start jobs, or the last
         write that failed; None when neither."""
-        problems = [self.space_warning] if self._short_of_space() else []
-        if self.write_error is not None:
-            problems.append(f"the last write failed: {self.write_error} (changes held in memory until one succeeds; "
+        problems = [self.room.space_warning] if self.room.short_of_space() else []
+        if self.persistence.write_error is not None:
+            problems.append(f"the last write failed: {self.persistence.write_error} (changes held in memory until one succeeds; "
                             "submissions, answers and starts are refused meanwhile)")
         return "; ".join(p for p in problems if p) or None
-
-    def _without_reserve(self) -> str | None:
-        """Why submissions and starts wait: the state directory's reserve is missing and
-        cannot be made yet (room.make_reserve). Once it can, they are taken again."""
-        if self.reserve_missing is None or not make_reserve(self.config.state_dir):
-            return self.reserve_missing
-        log.warning("state directory has room again: its reserve is made again; taking submissions")
-        self.reserve_missing = None
-        return None
-
-    def _short_of_space(self) -> bool:
-        """No job starts while the state directory's file system is nearly full: its journal,
-        event log and the jobs' own output would be the next to fail."""
-        if self._without_reserve() is not None:
-            self.space_warning = self.reserve_missing
-            return True
-        try:
-            st = os.statvfs(self.config.state_dir)
-        except OSError:
-            return False
-        free = st.f_bavail * st.f_frsize
-        if free >= self.config.min_free_space:
-            if self.space_warning is not None:
-                log.warning("state directory has room again (%d MiB free); starting jobs", free >> 20)
-                self.space_warning = None
-            return False
-        has = f"{free >> 20} MiB" if free >= 1 << 20 else f"{free} bytes"
-        msg = (f"not starting jobs: state directory {self.config.state_dir} is short of space: {has} free on its file "
-               f"system, less than --min-free-space ({self.config.min_free_space >> 20} MiB)")
-        if self.space_warning is None:
-            log.error(msg)  # once, not at every byte the disk loses
-        self.space_warning = msg
-        return True
-
-    def _do(self, event: Event, saved: bool = True) -> None:
-        """Hand one event to the core and carry out what it asks (raises, with nothing
-        changed, when the core refuses the event). Every accepted event goes to the log.
-
-        A decision (a submission, a cancel, a resize, an application's answer, a policy pass)
-        is a transaction: committed to the journal before anything is carried out or
-        acknowledged, or, when the commit fails, undone in the core and raised
-        (StateWriteError) to whoever asked: nothing half-applied stays in memory and no job
-        is launched that the journal does not hold. A fact the daemon learned (an exit,
-        hosts gone, a node down) is applied whatever the disk does and saved when it can;
-        so is a decision given with saved=False, the daemon's way to carry out what cannot
-        wait for the disk (a cancel, an order's deadline)."""
-        tx = saved and self.journal is not None and isinstance(event, _DECISIONS)
-        if tx:
-            self.core.begin()
-        new_secrets: list[int] = []
-        logged = False
-        try:
-            actions = self.core.handle(event)
-            for a in actions:
-                if isinstance(a, Launch):
-                    # Made (and saved) before the processes exist: they reconnect with it later.
-                    self._set_secret(a.job_id, secrets.token_hex(16))
-                    new_secrets.append(a.job_id)
-            if self.event_log is not None:
-                # Buffered before the commit, which writes it right after the journal: a
-                # decision with nothing to carry out (a submission) was logged only at the
-                # next commit, and a kill -9 before it left the journal holding a job the
-                # log never saw (replay stopped at it).
-                self.event_log.add(event, actions)
-                logged = True
-            if tx:
-                self._commit()
-        except BaseException:
-            if tx:
-                self.core.rollback()
-                for jid in new_secrets:
-                    self.job_secrets.pop(jid, None)
-                if logged and self.event_log is not None:
-                    self.event_log.withdraw()
-            raise
-        if tx:
-            self.core.commit()
-        self._execute(actions)
-        if isinstance(event, _ORDERS_WAIT):
-            self._arm_guard(event.job_id, event.time)
-        self._tell_apps(event)
 
     def _tell_apps(self, event: Event) -> None:
         """Keep each job's own view true after an event: its hostfile rewritten when its hosts
@@ -1261,36 +1011,28 @@ class Daemon:
     def _log_start(self) -> None:
         """Open the log's segment for this daemon start: what a replay needs to build the
         same core (see elasticd.replay)."""
-        if self.event_log is None:
-            return
         core = self.core
-        self.event_log.start({
+        self.persistence.log_start({
             "version": __version__, "time": self._restored_at, "recovered": self.recovered_jobs > 0,
             "nodes": core.nodes.members, "policy": core.policy.name, "params": dict(self.policy_settings),
             "order_deadline": core.order_deadline, "refuse_backoff": core.refuse_backoff,
             "next_job_id": core.next_job_id, "next_order": core.next_order_id, "grow_to": core.grow_to,
         })
 
-    def _execute(self, actions: list[Action]) -> None:
-        if not actions:
-            return
-        self.persist()
-        for a in actions:
-            if isinstance(a, Launch):
-                self._spawn(self._launch(a), f"launch-{a.job_id}")
-            elif isinstance(a, Terminate):
-                log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
-                self._spawn(self.launcher.terminate(a.job_id, a.hosts), f"terminate-{a.job_id}")
-            elif isinstance(a, LaunchJoining):
-                self.joining.setdefault(a.job_id, set()).update(a.hosts)
-                self._spawn(self._launch_joining(a), f"join-{a.job_id}")
-            elif isinstance(a, SendOrder):
-                self._send_order(a)
-            elif isinstance(a, Reclaim):
-                log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
-                self._spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
-            elif isinstance(a, ArmLimit):
-                self._arm_limit(a)
+    def _launch_action(self, a: Launch) -> None:
+        self.tasks.spawn(self._launch(a), f"launch-{a.job_id}")
+
+    def _terminate_action(self, a: Terminate) -> None:
+        log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
+        self.tasks.spawn(self.launcher.terminate(a.job_id, a.hosts), f"terminate-{a.job_id}")
+
+    def _join_action(self, a: LaunchJoining) -> None:
+        self.joining.setdefault(a.job_id, set()).update(a.hosts)
+        self.tasks.spawn(self._launch_joining(a), f"join-{a.job_id}")
+
+    def _reclaim_action(self, a: Reclaim) -> None:
+        log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
+        self.tasks.spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
 
     def _send_order(self, a: SendOrder) -> None:
         
@@ -1302,15 +1044,15 @@ class Daemon:
         link = self.app_links.get(a.job_id)
         log.info("job %d: order %d: %s", a.job_id, a.order_id, msg.encode().decode())
         if link is None or not link.send(msg.encode() + b"\n"):
-            self._do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
-            self._schedule_soon()
+            self.feed.do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
+            self.feed.pass_soon()
             return
         self.app_orders[a.job_id] = a.order_id
         self._order_sent_at[a.order_id] = time.monotonic()
         self._timers.orders[a.order_id] = self.clock.call_at(
             self.now() + a.deadline_s, self._order_deadline, a.job_id, a.order_id
         )
-        self._notify()
+        self.feed.changed()
 
     def _order_deadline(self, job_id: int, order_id: int) -> None:
         self._timers.orders.pop(order_id, None)
@@ -1327,8 +1069,8 @@ class Daemon:
         if self._settle_with_unsaved_answer(job_id, order_id):
             return
         log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
-        self._do(ev.OrderDeadline(self.now(), job_id, order_id))
-        self._notify()
+        self.feed.do(ev.OrderDeadline(self.now(), job_id, order_id))
+        self.feed.changed()
 
     def _settle_with_unsaved_answer(self, job_id: int, order_id: int) -> bool:
         """At an order's deadline, the application's answer that could not be saved settles
@@ -1343,11 +1085,11 @@ class Daemon:
         answer = dataclasses.replace(answer, time=self.now())
         try:
             try:
-                self._do(answer)
+                self.feed.do(answer)
             except StateWriteError as exc:
                 log.warning("job %d: order %d: its deadline passed while the application's answer could not be "
                             "saved (%s); settled with that answer, saved at the next write", job_id, order_id, exc)
-                self._do(answer, saved=False)
+                self.feed.do(answer, saved=False)
         except ElasticError as exc:  # refused by the core now (the job ended, say): the default applies
             log.warning("job %d: order %d: the unsaved answer no longer applies (%s)", job_id, order_id, exc)
             return False
@@ -1373,7 +1115,7 @@ class Daemon:
             hosts=a.hosts,
             all_hosts=a.all_hosts,
             app_address=self.app_address,
-            job_secret=self.job_secrets.get(a.job_id, ""),
+            job_secret=self.persistence.job_secret(a.job_id) or "",
             job_dir=self._job_dir(a.job_id),
             joining=True,
         )
@@ -1384,8 +1126,8 @@ class Daemon:
             log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
             # The application may have answered `grown` before the start failed.
             self._join_failed(job, a.hosts, str(exc))
-            self._notify()
-            self._schedule_soon()
+            self.feed.changed()
+            self.feed.pass_soon()
         finally:
             self._joined(a)
 
@@ -1401,41 +1143,17 @@ class Daemon:
     async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
         job = self.core.jobs.get(job_id)
         order_id = job.order.order_id if job is not None and job.order is not None else None
-        self._do(ev.HostsGone(self.now(), job_id, tuple(hosts)))
+        self.feed.do(ev.HostsGone(self.now(), job_id, tuple(hosts)))
         if self.allocation is not None:
             self.allocation.hosts_freed(job_id, hosts)  # before a pass could lend them again
         if order_id is not None and (job is None or job.order is None):
             self._order_settled(order_id)
         log.info("job %d: hosts %s free", job_id, ",".join(hosts))
-        self._notify()
-        self._schedule_soon()
-
-    def _set_secret(self, job_id: int, secret: str | None) -> None:
-        if secret is None:
-            if self.job_secrets.pop(job_id, None) is None:
-                return
-        else:
-            self.job_secrets[job_id] = secret
-        if self.journal is not None:
-            self._dirty_secrets.add(job_id)
+        self.feed.changed()
+        self.feed.pass_soon()
 
     def put_value(self, job_id: int, key: str, value: str) -> None:
-        """Saved before it is acknowledged (another process of the job may `get` it after a
-        restart); StateWriteError, with the value as it was, when it cannot be."""
-        values = self.job_values.setdefault(job_id, {})
-        old = values.get(key)
-        values[key] = value
-        if self.journal is None:
-            return
-        self._dirty_values.add((job_id, key))
-        try:
-            self._commit()
-        except StateWriteError:
-            if old is None:
-                values.pop(key, None)
-            else:
-                values[key] = old
-            raise
+        self.persistence.put_value(job_id, key, value)
 
     async def _launch(self, a: Launch) -> None:
         job = self.core.job(a.job_id)
@@ -1445,7 +1163,7 @@ class Daemon:
             hosts=a.hosts,
             all_hosts=a.hosts,
             app_address=self.app_address,
-            job_secret=self.job_secrets.get(a.job_id, ""),
+            job_secret=self.persistence.job_secret(a.job_id) or "",
             job_dir=self._job_dir(a.job_id),
         )
         self._note_outputs(req)
@@ -1461,52 +1179,17 @@ class Daemon:
             log.warning("job %d: launch failed: %s", a.job_id, why)
             # Whatever the launcher may have started is ended before the job is called over.
             await self.launcher.terminate(a.job_id, a.hosts)
-            self._do(ev.LaunchFailed(self.now(), a.job_id, why, exc.exit_code if isinstance(exc, LaunchError) else 1))
-            self._job_ended(a.job_id)
+            self.feed.do(ev.LaunchFailed(self.now(), a.job_id, why, exc.exit_code if isinstance(exc, LaunchError) else 1))
+            self.feed.job_ended(a.job_id)
             return
         log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
-        self._do(ev.Launched(self.now(), a.job_id))
+        self.feed.do(ev.Launched(self.now(), a.job_id))
         # Saved at once, before the job is shown RUNNING: after a crash, a recorded start
         # without a recorded launch (and no process found) is requeued, not failed.
-        self.persist()
+        self.persistence.persist()
         if job.ending_as is not None:
             # Cancelled while its processes were being started.
             await self.launcher.terminate(a.job_id, a.hosts)
-
-    def _arm_limit(self, a: ArmLimit) -> None:
-        old = self._timers.limits.pop(a.job_id, None)
-        if old is not None:
-            old.cancel()
-        self._timers.limits[a.job_id] = self.clock.call_at(a.at, self._limit_reached, a.job_id)
-
-    def _arm_guard(self, job_id: int, now: float) -> None:
-        """The job was resized, or deferred or refused an order, now: a pass when time no
-        longer keeps the policy from ordering it (a resize at once, as the simulator makes
-        one then; another order to an application whose deferral ended), not at the next
-        periodic pass (up to --schedule-interval later)."""
-        job = self.core.jobs.get(job_id)
-        if job is None or not job.state.holds_nodes:
-            return
-        due = self.core.orders_wait_until(job)
-        if due <= now:
-            return
-        old = self._timers.guards.pop(job_id, None)
-        if old is not None:
-            old.cancel()
-        self._timers.guards[job_id] = self.clock.call_at(due, self._guard_ended, job_id, due)
-
-    def _guard_ended(self, job_id: int, due: float) -> None:
-        now = self.now()
-        if now < due:  # the loop's timer and the records' clock differ by a hair: not before it
-            self._timers.guards[job_id] = self.clock.call_at(due, self._guard_ended, job_id, due)
-            return
-        self._timers.guards.pop(job_id, None)
-        self._schedule_soon()
-
-    def _limit_reached(self, job_id: int) -> None:
-        self._timers.limits.pop(job_id, None)
-        log.info("job %d: time limit reached", job_id)
-        self._do(ev.LimitReached(self.now(), job_id))
 
     async def _on_exit(self, job_id: int, code: int | None, sig: int | None, ended_at: float | None = None) -> None:
         cut_short = self._cut_short.get(job_id)
@@ -1522,11 +1205,11 @@ class Daemon:
             # processes ended, not the restart that found them so; never before it started.
             started = self.core.job(job_id).start_time
             at = min(now, ended_at if started is None else max(started, ended_at))
-        self._do(ev.Exited(at, job_id, code, sig))
+        self.feed.do(ev.Exited(at, job_id, code, sig))
         job = self.core.job(job_id)
         when = "" if at == now else f" (while the daemon was down, {now - at:.0f} s before the restart found it)"
         log.info("job %d ended%s: %s %s", job_id, when, job.state.value, job.exit_text)
-        self._job_ended(job_id)
+        self.feed.job_ended(job_id)
 
     def _note_outputs(self, req: LaunchRequest) -> None:
         """The files the job's processes on these hosts write (what the output cap counts)."""
@@ -1560,35 +1243,18 @@ class Daemon:
                     why = (f"output cap of {cap >> 20} MiB reached: {total >> 20} MiB written "
                            f"({worst} {sizes[worst] >> 20} MiB)")
                     log.warning("job %d: %s; ending it", jid, why)
-                    self._do(ev.OutputLimitReached(self.now(), jid, why))
-                    self._notify()
+                    self.feed.do(ev.OutputLimitReached(self.now(), jid, why))
+                    self.feed.changed()
 
-    def _job_ended(self, job_id: int) -> None:
+    def _forget_job(self, job_id: int) -> None:
         self._outputs.pop(job_id, None)
         if self.allocation is not None:
             self.allocation.job_ended(job_id)
         for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles, self._untold,
                       self._told_void):
             table.pop(job_id, None)
-        handle = self._timers.limits.pop(job_id, None)
-        if handle is not None:
-            handle.cancel()
-        self._set_secret(job_id, None)
         self.app_links.pop(job_id, None)
         self._taken_late.pop(job_id, None)
-        if self.job_values.pop(job_id, None) is not None and self.journal is not None:
-            self._dirty_values.add((job_id, None))
-        self._notify()
-        self._schedule_soon()
-
-    def _notify(self) -> None:
-        self._persist_soon()
-
-        async def notify() -> None:
-            async with self._changed:
-                self._changed.notify_all()
-
-        self._spawn(notify(), "notify")
 
     def queue(self, req: Queue) -> QueueDocument:
         d = self
@@ -1622,7 +1288,7 @@ class Daemon:
             app_address=d.app_address,
             nodes=node_infos(d.core.nodes),
             jobs_by_state=dict(counts),
-            journal=None if d.journal is None else str(d.journal.path),
+            journal=None if d.persistence.journal is None else str(d.persistence.journal.path),
             recovered_jobs=d.recovered_jobs,
             salvaged=d.salvaged,
             storage=d.storage_problem(),
@@ -1639,17 +1305,17 @@ class Daemon:
         return self.core.pending_ids
 
     def job_secret(self, job_id: int) -> str | None:
-        return self.job_secrets.get(job_id)
+        return self.persistence.job_secret(job_id)
 
     def leader(self, job_id: int) -> AppLink | None:
         return self.app_links.get(job_id)
 
     def values(self, job_id: int) -> Mapping[str, str]:
-        return self.job_values.get(job_id, {})
+        return self.persistence.values(job_id)
 
     @property
     def stopped(self) -> bool:
-        return self._stopped.is_set()
+        return self.tasks.stopped
 
     def stop_notes(self) -> StopNotes:
         return StopNotes(self.stop_not_ended, self.stop_unsaved, self.stop_unreached)
@@ -1661,12 +1327,7 @@ class Daemon:
             ids = self.core.jobs.keys() if job_ids is None else job_ids
             return all(self.core.job(j).state.is_final for j in ids)
 
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(done), timeout)
-            except TimeoutError:
-                return False
-        return True
+        return await self.tasks.wait(done, timeout)
 
 
 async def _listen(server: LineServer, host: str, port: int, what: str) -> asyncio.Server:
