@@ -20,6 +20,7 @@ from elastic_protocol.errors import FrameTooLong, MalformedMessage, ProtocolErro
 from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd.core.job import Job
+from elasticd.daemon.app_channel import AppLink
 from elasticd.daemon.line_server import ChannelLimits, LineServer
 from elasticd.errors import OrderRejected, StateWriteError, UnknownJob
 
@@ -30,14 +31,6 @@ MAX_VALUES = 1024
 MAX_VALUE_BYTES = 256 * 1024
 # Orders are small; a peer that does not read them for this long is not a peer.
 MAX_OUTBOUND_BYTES = 1 << 20
-
-
-class AppLink(Protocol):
-    """The registered application connection of a job, as the daemon sees it."""
-
-    def send(self, line: bytes) -> bool: ...
-
-    def pending_input(self) -> bool: ...
 
 
 class AppCalls(Protocol):

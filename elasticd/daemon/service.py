@@ -15,17 +15,14 @@ launcher, their applications reconnecting to the same ports with the same secret
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from elastic_protocol.appchannel import grow_order, hosts_message, parse_seconds, shrink_order
 from elastic_protocol.control import Queue, QueueDocument, StatusInfo
 from elastic_protocol.jobspec import JobKind, JobSpec
 from elastic_protocol.version import PROTOCOL_VERSION
@@ -33,17 +30,19 @@ from elasticd import __version__
 from elasticd.core import events as ev
 from elasticd.core.actions import Action, ArmLimit, Launch, LaunchJoining, Reclaim, SendOrder, Terminate
 from elasticd.core.engine import Core
-from elasticd.core.events import Event, OrderKind
+from elasticd.core.events import OrderKind
 from elasticd.core.job import Job
 from elasticd.core.record import restore_job
 from elasticd.daemon.allocation_resize import AllocationResizer, run_every
-from elasticd.daemon.app_server import AppLink, AppServer
+from elasticd.daemon.app_channel import AppChannel, AppLink, held_hosts
+from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
 from elasticd.daemon.config import DaemonConfig
 from elasticd.daemon.control_server import ControlServer, StopNotes
 from elasticd.daemon.feed import CoreFeed
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
+from elasticd.daemon.orders import Orders
 from elasticd.daemon.persistence import Persistence
 from elasticd.daemon.room import DiskRoom
 from elasticd.daemon.salvage import salvage
@@ -51,7 +50,7 @@ from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.tasks import LoopTasks
 from elasticd.daemon.timers import JobTimers
 from elasticd.daemon.views import job_info, job_note, node_infos
-from elasticd.errors import ElasticError, LaunchError, OrderRejected, QueueFull, ResizeRejected, StateWriteError
+from elasticd.errors import LaunchError, QueueFull, ResizeRejected, StateWriteError
 from elasticd.launch.base import Launcher, LaunchRequest, output_paths
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
@@ -67,22 +66,6 @@ from elasticd.statedir import (
 
 log = logging.getLogger("elasticd")
 
-@dataclass
-class _Timers:
-    orders: dict[int, TimerHandle] = field(default_factory=dict)
-
-
-# Events after which time may keep the policy from ordering a job for a while (it was resized,
-# it deferred or refused an order): a pass is due when that ends (Core.orders_wait_until).
-_ORDERS_WAIT = (ev.GrowAnswered, ev.HostsGone, ev.OrderDeferred, ev.OrderRefused)
-# Events by which the application itself set its hosts or settled its order: it knows.
-_APP_OWN = (ev.ShrinkAnswered, ev.GrowAnswered, ev.HostsReleased, ev.Registered, ev.OrderRefused, ev.OrderDeferred)
-# Why the daemon changed a job's hosts, or settled its order, on its own (`hosts reason=...`).
-_HOSTS_REASONS: dict[type, str] = {
-    ev.OrderDeadline: "deadline", ev.NodeDown: "node_failed", ev.HostsGone: "node_failed",
-    ev.JobLost: "node_failed", ev.LaunchFailed: "launch_failed", ev.OrderUndeliverable: "order_dropped",
-    ev.JoinLaunchFailed: "launch_failed",
-}
 def _host_launcher(launcher: object) -> object:
     """The launcher that starts per-host processes (the MPI launcher wraps one)."""
     return getattr(launcher, "base", launcher)
@@ -100,9 +83,6 @@ def _launch_hosts(job: Job) -> list[str]:
 # reports).
 _CUT_SHORT_WAIT = 30.0
 
-# How many times a deadline waits for input already sent before it is applied, and how long.
-_DEADLINE_INPUT_WAITS = 40
-_DEADLINE_INPUT_STEP = 0.05
 
 
 class Daemon:
@@ -135,29 +115,10 @@ class Daemon:
             options=config.launcher_options,
             tag=state_tag(config.state_dir),
         )
-        base = _host_launcher(self.launcher)
-        if hasattr(base, "on_join_failed"):
-            base.on_join_failed = self._on_join_failed
-        self.app_links: dict[int, AppLink] = {}
-        # What each registered application knows: its hosts, and the order it was sent.
-        self.app_hosts: dict[int, tuple[str, ...]] = {}
-        self.app_orders: dict[int, int] = {}
-        # Orders the daemon settled without the application's answer: a late answer is told so.
-        self.voided: dict[int, dict[int, str]] = {}
-        # What changed while the job had no registered connection (its hosts, or the order it
-        # was sent, settled): the reason and that order; told when a connection registers.
-        self._untold: dict[int, tuple[str, int | None]] = {}
-        # The `hosts ... order=ID` line each job's registered connection was last sent.
-        self._told_void: dict[int, tuple[AppLink, int]] = {}
-        # The hosts last written in each job's hostfile (ELASTIC_HOSTFILE).
-        self._hostfiles: dict[int, tuple[str, ...]] = {}
-        self._deadline_waits: dict[int, int] = {}
         self.metrics: DaemonMetrics | None = DaemonMetrics() if config.metrics_port is not None else None
         self.metrics_url: str | None = None  # where they are served: the port bound, --metrics-port 0 too
-        self._order_sent_at: dict[int, float] = {}
         self.secret = new_secret()
         self.started_at = self.now()
-        self._timers = _Timers()
         self.tasks = LoopTasks()
         self._tick_handle: TimerHandle | None = None
         self.control_address = ""
@@ -173,17 +134,16 @@ class Daemon:
         self.room = DiskRoom(config.state_dir, config.min_free_space, reserve=config.journal)
         self.feed = CoreFeed(self.core, self.clock, self.persistence, self.room, self.tasks)
         self.timers = JobTimers(self.core, self.clock, self.feed)
+        self.channel = AppChannel(config, self.core, self.clock, self.feed)
+        base = _host_launcher(self.launcher)
+        self.orders = Orders(config, self.core, self.clock, self.feed, self.channel, base, self.metrics)
+        if hasattr(base, "on_join_failed"):
+            base.on_join_failed = self.orders.on_join_failed
         self._restored_at = self.now()
         self.recovered_jobs = 0
         # (the previous daemon's application port, the one listened on instead): set when
         # another process held it at this start (app_channel_problem).
         self.app_port_taken: tuple[int, int] | None = None
-        # An application's answer that could not be saved (the disk was full), by order: what
-        # the order is settled with at its deadline, never hosts the application did not name.
-        self._unsaved_answers: dict[int, tuple[Event, tuple[int, str, tuple[str, ...], str]]] = {}
-        # The answer an order was settled with at its deadline, unsaved: the application's own
-        # retry of it is `ok`, not `unknown_order`.
-        self._taken_late: dict[int, tuple[int, str, tuple[str, ...], str]] = {}
         self._restored_limits: list[Action] = []
         # Jobs whose cut-short launch recovery is ending (_requeue_cut_short): the launcher's
         # report that their processes are gone resolves these, and is not the job's end.
@@ -202,13 +162,14 @@ class Daemon:
         self.feed.on_action(Launch, self._launch_action)
         self.feed.on_action(Terminate, self._terminate_action)
         self.feed.on_action(LaunchJoining, self._join_action)
-        self.feed.on_action(SendOrder, self._send_order)
+        self.feed.on_action(SendOrder, self.orders.send)
         self.feed.on_action(Reclaim, self._reclaim_action)
         self.feed.on_action(ArmLimit, self.timers.arm_limit)
         self.feed.check_wiring()
         self.feed.after_event(self.timers.after_event)
-        self.feed.after_event(self._tell_apps)
-        for forget in (self._forget_job, self.timers.forget, self.persistence.forget_job):
+        self.feed.after_event(self.channel.after_event)
+        for forget in (self._forget_job, self.timers.forget, self.persistence.forget_job, self.channel.forget,
+                       self.orders.forget):
             self.feed.on_job_end(forget)
 
     def now(self) -> float:
@@ -447,10 +408,7 @@ class Daemon:
                 continue
             reason = ("deadline" if e.event == "deadline_missed" else
                       "launch_failed" if "started on" in (e.detail or "") else "order_dropped")
-            marks = self.voided.setdefault(job_id, {})
-            marks[int(order_text)] = reason
-            while len(marks) > 16:
-                del marks[next(iter(marks))]
+            self.channel.mark_voided(job_id, int(order_text), reason)
 
     async def _recover(self) -> None:
         """Find the processes of the jobs that were running and settle what was in flight.
@@ -517,15 +475,13 @@ class Daemon:
             elif order is not None and not order.settled:
                 # The previous daemon may have sent it: however it is settled without the
                 # application, the application is told when it registers again.
-                self.app_orders[jid] = order.order_id
-                self.app_hosts[jid] = self._held(job)
+                self.channel.sent_before_restart(jid, order.order_id, held_hosts(job))
                 if order.kind is OrderKind.GROW and not set(order.new_hosts) <= set(found):
                     # Its processes on the new hosts were never started: take them back.
                     self.feed.do(ev.OrderUndeliverable(now, jid, order.order_id))
                 else:
                     # Settled when the application reconnects (resume) or at the deadline.
-                    self._timers.orders[order.order_id] = self.clock.call_at(
-                        now + self.config.order_deadline, self._order_deadline, jid, order.order_id)
+                    self.orders.await_answer(jid, order.order_id, now + self.config.order_deadline)
             if job.leaving:
                 self.feed.execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
             self._give_back_unstarted(jid, found)
@@ -559,18 +515,8 @@ class Daemon:
         log.warning("job %d: no process of it on %s, where none was started before the restart: it goes on "
                     "without them", jid, ",".join(unstarted))
         # What its application was told it holds: it is told of the change when it registers.
-        self.app_hosts.setdefault(jid, self._held(job))
-        self._join_failed(job, unstarted, why)
-
-    def _join_failed(self, job: Job, hosts: tuple[str, ...], why: str) -> None:
-        """The core takes a grow's failed start (JoinLaunchFailed: the grow fails if still
-        open, else the job goes on without the hosts); an open order it settled with it (the
-        grow, or one made since for hosts the job no longer has) is settled here too."""
-        order = job.order
-        open_id = order.order_id if order is not None and not order.settled else None
-        self.feed.do(ev.JoinLaunchFailed(self.now(), job.job_id, hosts, why))
-        if open_id is not None and (job.order is None or job.order.order_id != open_id or job.order.settled):
-            self._order_settled(open_id)
+        self.channel.knew_before_restart(jid, held_hosts(job))
+        self.orders.join_failed(job, unstarted, why)
 
     async def _requeue_cut_short(self, jid: int, found: list[str], missing: list[str], limit: ArmLimit | None) -> None:
         """A launch the crash cut short: the job's processes run on some of its hosts and
@@ -746,144 +692,25 @@ class Daemon:
 
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
-        self.app_links[job_id] = link  # what it knows is set at the Registered event
-        self.feed.do(ev.Registered(self.now(), job_id))
-        self.feed.pass_soon()
+        self.channel.register(job_id, link)
 
     def app_deregister(self, job_id: int) -> None:
-        self.feed.do(ev.Unregistered(self.now(), job_id, final=True))
-        self.app_links.pop(job_id, None)
-        for table in (self.app_hosts, self.app_orders, self._untold, self._told_void):
-            table.pop(job_id, None)
+        self.channel.deregister(job_id)
 
     def app_lost(self, job_id: int, link: AppLink) -> None:
-        """The registered connection closed: the job runs on as rigid until a connection
-        registers again. An order it was sent stays open until its deadline, as after a
-        restart of the daemon: the application cannot tell a dropped connection from a
-        restarted daemon, so it reconnects and answers it (`resume`) the same way."""
-        if self.app_links.get(job_id) is not link:
-            return
-        del self.app_links[job_id]
-        self._told_void.pop(job_id, None)
-        job = self.core.jobs.get(job_id)
-        if job is None or not job.state.holds_nodes:
-            return
-        log.warning("job %d: its registered connection closed; it runs on as rigid until it registers again",
-                    job_id)
-        if job.order is not None and not job.order.settled:
-            log.info("job %d: order %d stays open until its deadline, for the application to reconnect and "
-                     "answer it", job_id, job.order.order_id)
-        if job.malleable_ready:
-            self.feed.do(ev.Unregistered(self.now(), job_id))
-        self.feed.pass_soon()
+        self.channel.lost(job_id, link)
 
     def app_answer(self, job_id: int, verb: str, order_id: int, hosts: list[str], text: str) -> None:
-        """shrunk / grown / refuse / defer; raises OrderRejected for the application, and
-        StateWriteError when the answer cannot be saved: it is not taken then, and is sent
-        again by the application; if the disk stays full until the order's deadline, the
-        order is settled with it there (never with hosts the application did not name)."""
-        late = self._taken_late.get(job_id)
-        if late is not None and late == (order_id, verb, tuple(hosts), text):
-            return  # settled with this very answer at the deadline: its retry is told so
-        now = self.now()
-        event: Event
-        if verb == "shrunk":
-            event = ev.ShrinkAnswered(now, job_id, order_id, tuple(hosts))
-        elif verb == "grown":
-            event = ev.GrowAnswered(now, job_id, order_id, tuple(hosts))
-        elif verb == "refuse":
-            event = ev.OrderRefused(now, job_id, order_id, text)
-        else:  # defer; a bad time is a malformed line, counted as any (the connection goes at 5)
-            event = ev.OrderDeferred(now, job_id, order_id, parse_seconds(text, "defer"))
-        why = self.voided.get(job_id, {}).get(order_id)
-        if why is not None:
-            job = self.core.job(job_id)
-            held = " ".join(h for h in job.hosts if h not in job.leaving)
-            raise OrderRejected("expired", f"order {order_id} was settled without this answer ({why}); "
-                                f"the job's hosts are now: {held}")
-        try:
-            self.feed.do(event)
-        except StateWriteError:
-            self._unsaved_answers[order_id] = (event, (order_id, verb, tuple(hosts), text))
-            raise
-        self._answer_taken(job_id, order_id, event)
-
-    def _answer_taken(self, job_id: int, order_id: int, event: Event) -> None:
-        self._unsaved_answers.pop(order_id, None)
-        self._order_settled(order_id)
-        if isinstance(event, ev.GrowAnswered):
-            confirm = getattr(_host_launcher(self.launcher), "confirm_joined", None)
-            if confirm is not None:
-                confirm(job_id, event.hosts)
-        self.feed.changed()
-        self.feed.pass_soon()
-
-    def _on_join_failed(self, job_id: int, host: str, code: int, sig: int) -> None:
-        """A process started for a grow died before the application took it: the grow is
-        void, its hosts go back at once, and the application is told (its `grown` would be
-        refused as expired)."""
-        job = self.core.jobs.get(job_id)
-        order = job.order if job is not None else None
-        if order is None or order.settled or order.kind is not OrderKind.GROW or host not in order.new_hosts:
-            return
-        why = f"the process started on {host} for the grow exited {code}:{sig} before the application took it"
-        log.warning("job %d: order %d: %s", job_id, order.order_id, why)
-        self._order_settled(order.order_id)
-        self.feed.do(ev.OrderUndeliverable(self.now(), job_id, order.order_id, why=why))
-        self.feed.changed()
-        self.feed.pass_soon()
+        self.orders.answer(job_id, verb, order_id, hosts, text)
 
     def app_resume(self, job_id: int, order_id: int | None, hosts: list[str], link: AppLink) -> None:
-        """An application reconnected (its connection dropped, or the daemon restarted) and
-        said what it is doing.
-
-        Only the registered connection speaks for the job's orders (orders go to it alone):
-        an open order it is not handling never reached it, and is dropped (a grow's new hosts
-        are taken back); one it is handling stays open for its answer; one the daemon settled
-        without it meanwhile is told again (`hosts ... order=ID`), so that its answer,
-        refused as expired, is never taken for done. Another connection's `resume` (a
-        worker's, which keeps a connection for `put`/`get` and follows the same reconnect
-        steps) has its hosts checked and nothing else: it dropped the leader's open order,
-        even when refused for its hosts.
-        """
-        job = self.core.job(job_id)
-        order = job.order
-        # Its own hosts, an open grow's new ones, and those it held before: the daemon may
-        # have taken them in its absence (the `hosts` line that says so may reach it later).
-        own = set(job.hosts) | (set(order.new_hosts) if order is not None else set())
-        own.update(h for e in job.events for h in e.hosts)
-        foreign = [h for h in hosts if h not in own]
-        if foreign:
-            raise OrderRejected("bad_hosts", f"resume: not hosts of job {job_id}: {' '.join(foreign)}")
-        if self.app_links.get(job_id) is not link:
-            return
-        now = self.now()
-        if order is not None and not order.settled and order.order_id == order_id:
-            self.app_orders[job_id] = order_id  # it is handling it: settled without it, it is told
-        why = self.voided.get(job_id, {}).get(order_id) if order_id is not None else None
-        if why is not None and order_id is not None and self._told_void.get(job_id) != (link, order_id):
-            self._send_hosts(job_id, link, self._held(job), why, order_id)
-        if order is not None and not order.settled and order.order_id != order_id:
-            log.info("job %d: order %d never reached the application; dropped", job_id, order.order_id)
-            self._order_settled(order.order_id)
-            self.feed.do(ev.OrderUndeliverable(now, job_id, order.order_id))
-            self.feed.changed()
-            self.feed.pass_soon()
-        held = sorted(h for h in job.hosts if h not in job.leaving)
-        if order_id is None and hosts and sorted(hosts) != held:
-            log.warning("job %d: the application says it runs on %s, the daemon has %s", job_id,
-                        ",".join(hosts), ",".join(held))
+        self.orders.resume(job_id, order_id, hosts, link)
 
     def app_request(self, job_id: int, count: int) -> None:
-        self.feed.do(ev.NodesRequested(self.now(), job_id, count))
-        self.feed.pass_soon()
+        self.channel.request(job_id, count)
 
     def app_release(self, job_id: int, hosts: list[str]) -> None:
-        job = self.core.job(job_id)
-        if job.hosts and job.hosts[0] in hosts:
-            raise OrderRejected("bad_hosts", f"release: {job.hosts[0]} is the job's first host, where its leader "
-                                "runs; it goes only with the job")
-        self.feed.do(ev.HostsReleased(self.now(), job_id, tuple(hosts)))
+        self.channel.release(job_id, hosts)
 
     def cut_off(self) -> list[int]:
         """The running resizable jobs whose applications cannot reconnect: started before this
@@ -917,97 +744,6 @@ class Daemon:
                             "submissions, answers and starts are refused meanwhile)")
         return "; ".join(p for p in problems if p) or None
 
-    def _tell_apps(self, event: Event) -> None:
-        """Keep each job's own view true after an event: its hostfile rewritten when its hosts
-        changed, and a registered application sent `hosts H... reason=R [order=ID]` when the
-        daemon changed its hosts, or settled the order it was sent, on its own (a node
-        failed, a deadline passed, a grow could not be launched). What the application did
-        itself (its answers, its releases) it knows already. What changed while no
-        connection of the job was registered is told to the next one that registers."""
-        jid = getattr(event, "job_id", None)
-        if isinstance(jid, int):
-            ids = [jid]
-        elif isinstance(event, (ev.NodeDown, ev.NodesRemoved)):  # the only others that take hosts
-            ids = sorted(set(self.app_links) | set(self._hostfiles))
-        else:
-            return  # a policy pass orders and starts, but changes no running job's hosts
-        for j in ids:
-            job = self.core.jobs.get(j)
-            if job is None or not job.state.holds_nodes:
-                continue
-            held = self._held(job)
-            if isinstance(event, (ev.OrderRefused, ev.OrderDeadline, ev.LaunchFailed, ev.OrderUndeliverable,
-                                  ev.JoinLaunchFailed)):
-                self._hostfiles.pop(j, None)  # a grow's launch may have written its new hosts there
-            self._rewrite_hostfile(j, held)
-            link = self.app_links.get(j)
-            sent = self.app_orders.get(j)
-            open_id = job.order.order_id if job.order is not None and not job.order.settled else None
-            voided = sent is not None and open_id != sent
-            if voided:
-                self.app_orders.pop(j, None)
-            if isinstance(event, _APP_OWN):
-                untold = self._untold.pop(j, None) if isinstance(event, ev.Registered) else None
-                if link is not None and untold is not None:
-                    # Changed while no connection was registered (a dropped connection).
-                    self._send_hosts(j, link, held, *untold)
-                elif link is not None or j in self.app_hosts:
-                    self.app_hosts[j] = held  # what it did itself it knows
-                continue
-            reason = _HOSTS_REASONS.get(type(event), "daemon")
-            if isinstance(event, ev.OrderUndeliverable) and event.why:
-                reason = "launch_failed"
-            if voided and sent is not None:
-                marks = self.voided.setdefault(j, {})
-                marks[sent] = reason
-                while len(marks) > 16:
-                    del marks[next(iter(marks))]
-            if link is None:
-                # Nobody to tell now: the next connection that registers is told (why the
-                # order it was sent was settled, else the first reason its hosts changed).
-                if voided and sent is not None:
-                    self._untold[j] = (reason, sent)
-                elif j in self.app_hosts and held != self.app_hosts[j]:
-                    self._untold.setdefault(j, (reason, None))
-                continue
-            if j not in self.app_hosts:
-                self.app_hosts[j] = held
-                continue
-            if held == self.app_hosts[j] and not voided:
-                continue
-            self._send_hosts(j, link, held, reason, sent if voided else None)
-
-    def _held(self, job: Job) -> tuple[str, ...]:
-        """The hosts a job holds as its application sees them: a grow's new hosts are the
-        job's only once the application says it took them; hosts it gave back are gone."""
-        coming = set(job.order.new_hosts) if job.order is not None and not job.order.settled else set()
-        return tuple(h for h in job.hosts if h not in job.leaving and h not in coming)
-
-    def _send_hosts(self, job_id: int, link: AppLink, held: tuple[str, ...], reason: str,
-                    order_id: int | None) -> None:
-        """`hosts H... reason=R [order=ID]` to the job's registered connection."""
-        self.app_hosts[job_id] = held
-        line = hosts_message(held, reason, order_id).encode().decode()
-        if order_id is not None:
-            self._told_void[job_id] = (link, order_id)
-        log.info("job %d: told the application: %s", job_id, line)
-        link.send(line.encode() + b"\n")
-
-    def _rewrite_hostfile(self, job_id: int, held: tuple[str, ...]) -> None:
-        """ELASTIC_HOSTFILE lists the job's hosts now, after every change (written at launch)."""
-        if self._hostfiles.get(job_id) == held:
-            return
-        path = self._job_dir(job_id) / "hostfile"
-        if job_id not in self._hostfiles and not path.exists():
-            return
-        self._hostfiles[job_id] = held
-        try:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(f"{h}\n" for h in held))
-            tmp.replace(path)
-        except OSError as exc:
-            log.warning("job %d: cannot rewrite its hostfile: %s", job_id, exc)
-
     def _log_start(self) -> None:
         """Open the log's segment for this daemon start: what a replay needs to build the
         same core (see elasticd.replay)."""
@@ -1034,79 +770,6 @@ class Daemon:
         log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
         self.tasks.spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
 
-    def _send_order(self, a: SendOrder) -> None:
-        
-        msg = (
-            shrink_order(a.count, a.order_id, a.deadline_s)
-            if a.kind is OrderKind.SHRINK
-            else grow_order(list(a.hosts), a.order_id, a.deadline_s)
-        )
-        link = self.app_links.get(a.job_id)
-        log.info("job %d: order %d: %s", a.job_id, a.order_id, msg.encode().decode())
-        if link is None or not link.send(msg.encode() + b"\n"):
-            self.feed.do(ev.OrderUndeliverable(self.now(), a.job_id, a.order_id))
-            self.feed.pass_soon()
-            return
-        self.app_orders[a.job_id] = a.order_id
-        self._order_sent_at[a.order_id] = time.monotonic()
-        self._timers.orders[a.order_id] = self.clock.call_at(
-            self.now() + a.deadline_s, self._order_deadline, a.job_id, a.order_id
-        )
-        self.feed.changed()
-
-    def _order_deadline(self, job_id: int, order_id: int) -> None:
-        self._timers.orders.pop(order_id, None)
-        link = self.app_links.get(job_id)
-        waited = self._deadline_waits.get(order_id, 0)
-        if link is not None and waited < _DEADLINE_INPUT_WAITS and link.pending_input():
-            # What the application sent before the deadline is handled first (after a pause
-            # of the daemon the deadline and the answer are both due at once).
-            self._deadline_waits[order_id] = waited + 1
-            self._timers.orders[order_id] = self.clock.call_at(
-                self.now() + _DEADLINE_INPUT_STEP, self._order_deadline, job_id, order_id)
-            return
-        self._deadline_waits.pop(order_id, None)
-        if self._settle_with_unsaved_answer(job_id, order_id):
-            return
-        log.warning("job %d: order %d: deadline passed without an answer", job_id, order_id)
-        self.feed.do(ev.OrderDeadline(self.now(), job_id, order_id))
-        self.feed.changed()
-
-    def _settle_with_unsaved_answer(self, job_id: int, order_id: int) -> bool:
-        """At an order's deadline, the application's answer that could not be saved settles
-        it: the application acted on it already (a shrink's processes on the hosts it named
-        are ending), so the daemon's own default (the last hosts) could end processes on
-        hosts the application still uses. Saved if the disk has room by now, else applied
-        as a fact and saved at the next write."""
-        unsaved = self._unsaved_answers.pop(order_id, None)
-        if unsaved is None:
-            return False
-        answer, said = unsaved
-        answer = dataclasses.replace(answer, time=self.now())
-        try:
-            try:
-                self.feed.do(answer)
-            except StateWriteError as exc:
-                log.warning("job %d: order %d: its deadline passed while the application's answer could not be "
-                            "saved (%s); settled with that answer, saved at the next write", job_id, order_id, exc)
-                self.feed.do(answer, saved=False)
-        except ElasticError as exc:  # refused by the core now (the job ended, say): the default applies
-            log.warning("job %d: order %d: the unsaved answer no longer applies (%s)", job_id, order_id, exc)
-            return False
-        self._taken_late[job_id] = said
-        log.info("job %d: order %d settled at its deadline with the application's unsaved answer", job_id, order_id)
-        self._answer_taken(job_id, order_id, answer)
-        return True
-
-    def _order_settled(self, order_id: int) -> None:
-        self._unsaved_answers.pop(order_id, None)
-        sent = self._order_sent_at.pop(order_id, None)
-        if sent is not None and self.metrics is not None:
-            self.metrics.order_seconds.observe(time.monotonic() - sent)
-        handle = self._timers.orders.pop(order_id, None)
-        if handle is not None:
-            handle.cancel()
-
     async def _launch_joining(self, a: LaunchJoining) -> None:
         job = self.core.job(a.job_id)
         req = LaunchRequest(
@@ -1125,7 +788,7 @@ class Daemon:
         except LaunchError as exc:
             log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
             # The application may have answered `grown` before the start failed.
-            self._join_failed(job, a.hosts, str(exc))
+            self.orders.join_failed(job, a.hosts, str(exc))
             self.feed.changed()
             self.feed.pass_soon()
         finally:
@@ -1147,7 +810,7 @@ class Daemon:
         if self.allocation is not None:
             self.allocation.hosts_freed(job_id, hosts)  # before a pass could lend them again
         if order_id is not None and (job is None or job.order is None):
-            self._order_settled(order_id)
+            self.orders.settled(order_id)
         log.info("job %d: hosts %s free", job_id, ",".join(hosts))
         self.feed.changed()
         self.feed.pass_soon()
@@ -1250,11 +913,6 @@ class Daemon:
         self._outputs.pop(job_id, None)
         if self.allocation is not None:
             self.allocation.job_ended(job_id)
-        for table in (self.app_hosts, self.app_orders, self.voided, self._hostfiles, self._untold,
-                      self._told_void):
-            table.pop(job_id, None)
-        self.app_links.pop(job_id, None)
-        self._taken_late.pop(job_id, None)
 
     def queue(self, req: Queue) -> QueueDocument:
         d = self
@@ -1308,7 +966,7 @@ class Daemon:
         return self.persistence.job_secret(job_id)
 
     def leader(self, job_id: int) -> AppLink | None:
-        return self.app_links.get(job_id)
+        return self.channel.link(job_id)
 
     def values(self, job_id: int) -> Mapping[str, str]:
         return self.persistence.values(job_id)
