@@ -33,15 +33,16 @@ from elasticd.core.engine import Core
 from elasticd.core.events import OrderKind
 from elasticd.core.job import Job
 from elasticd.core.record import restore_job
-from elasticd.daemon.allocation_resize import AllocationResizer, run_every
 from elasticd.daemon.app_channel import AppChannel, AppLink, held_hosts
 from elasticd.daemon.app_server import AppServer
 from elasticd.daemon.clock import Clock, TimerHandle, WallClock
-from elasticd.daemon.config import DaemonConfig
+from elasticd.daemon.config import DaemonConfig, Endpoints
 from elasticd.daemon.control_server import ControlServer, StopNotes
 from elasticd.daemon.feed import CoreFeed
+from elasticd.daemon.launching import Launching
 from elasticd.daemon.line_server import LineServer
 from elasticd.daemon.metrics import DaemonMetrics
+from elasticd.daemon.nodes import Nodes
 from elasticd.daemon.orders import Orders
 from elasticd.daemon.persistence import Persistence
 from elasticd.daemon.room import DiskRoom
@@ -50,8 +51,8 @@ from elasticd.daemon.statecheck import check as check_state_dir
 from elasticd.daemon.tasks import LoopTasks
 from elasticd.daemon.timers import JobTimers
 from elasticd.daemon.views import job_info, job_note, node_infos
-from elasticd.errors import LaunchError, QueueFull, ResizeRejected, StateWriteError
-from elasticd.launch.base import Launcher, LaunchRequest, output_paths
+from elasticd.errors import QueueFull, ResizeRejected, StateWriteError
+from elasticd.launch.base import Launcher
 from elasticd.launch.choose import make_launcher
 from elasticd.policies.config import build_policy, policy_params
 from elasticd.statedir import (
@@ -86,6 +87,10 @@ _CUT_SHORT_WAIT = 30.0
 
 
 class Daemon:
+    # Built after the launcher, which reports to them.
+    launching: Launching
+    nodes: Nodes
+
     def __init__(self, config: DaemonConfig, clock: Clock | None = None,
                  launcher_factory: Callable[..., Launcher] = make_launcher) -> None:
         """`clock` and `launcher_factory` are for in-process tests (a clock moved by hand, a
@@ -105,12 +110,14 @@ class Daemon:
             k: v for k, v in policy_params(config.policy, config.policy_config, config.policy_params,
                                            config.min_resize_interval).items()
         }
+        # The launcher reports to parts built after it (they need it, and the state directory
+        # is checked in between): through these.
         self.launcher = launcher_factory(
             config.launcher,
-            on_exit=self._on_exit,
-            on_hosts_gone=self._on_hosts_gone,
-            on_host_down=self.node_down,
-            on_host_up=self.node_up,
+            on_exit=lambda *a: self.launching.on_exit(*a),
+            on_hosts_gone=lambda *a: self.launching.on_hosts_gone(*a),
+            on_host_down=lambda *a: self.nodes.node_down(*a),
+            on_host_up=lambda *a: self.nodes.node_up(*a),
             kill_wait=config.kill_wait,
             options=config.launcher_options,
             tag=state_tag(config.state_dir),
@@ -121,8 +128,7 @@ class Daemon:
         self.started_at = self.now()
         self.tasks = LoopTasks()
         self._tick_handle: TimerHandle | None = None
-        self.control_address = ""
-        self.app_address = ""
+        self.endpoints = Endpoints()
         self.salvaged: str | None = None
         if config.journal:
             if config.salvage:
@@ -139,37 +145,28 @@ class Daemon:
         self.orders = Orders(config, self.core, self.clock, self.feed, self.channel, base, self.metrics)
         if hasattr(base, "on_join_failed"):
             base.on_join_failed = self.orders.on_join_failed
+        self.nodes = Nodes(config, self.core, self.clock, self.feed, self.launcher)
+        self.launching = Launching(config, self.core, self.clock, self.launcher, self.feed, self.persistence,
+                                   self.tasks, self.orders, self.nodes, self.endpoints, self.metrics)
         self._restored_at = self.now()
         self.recovered_jobs = 0
-        # (the previous daemon's application port, the one listened on instead): set when
-        # another process held it at this start (app_channel_problem).
-        self.app_port_taken: tuple[int, int] | None = None
         self._restored_limits: list[Action] = []
-        # Jobs whose cut-short launch recovery is ending (_requeue_cut_short): the launcher's
-        # report that their processes are gone resolves these, and is not the job's end.
-        self._cut_short: dict[int, asyncio.Future[None]] = {}
-        self._outputs: dict[int, set[Path]] = {}  # each running job's output files
-        # Hosts where a grow's processes are being started (LaunchJoining under way): the
-        # application may have answered `grown` already, and the start still fail (`note`
-        # Joining, which `elasticd resize` waits out for the grow's final outcome).
-        self.joining: dict[int, set[str]] = {}
-        self.allocation: AllocationResizer | None = None
         self.stop_unsaved: str | None = None  # what the stop could not save (its answer says)
         self.stop_unreached: str | None = None  # nodes where the stop could not end what jobs left
         self.stop_not_ended: str | None = None  # jobs the stop did not see end, and what comes of them
         self._record: DaemonRecord | None = None  # what daemon.json says, kept written (_keep_record)
         self._record_unwritten = False
-        self.feed.on_action(Launch, self._launch_action)
-        self.feed.on_action(Terminate, self._terminate_action)
-        self.feed.on_action(LaunchJoining, self._join_action)
+        self.feed.on_action(Launch, self.launching.launch)
+        self.feed.on_action(Terminate, self.launching.terminate)
+        self.feed.on_action(LaunchJoining, self.launching.join)
         self.feed.on_action(SendOrder, self.orders.send)
-        self.feed.on_action(Reclaim, self._reclaim_action)
+        self.feed.on_action(Reclaim, self.launching.reclaim)
         self.feed.on_action(ArmLimit, self.timers.arm_limit)
         self.feed.check_wiring()
         self.feed.after_event(self.timers.after_event)
         self.feed.after_event(self.channel.after_event)
-        for forget in (self._forget_job, self.timers.forget, self.persistence.forget_job, self.channel.forget,
-                       self.orders.forget):
+        for forget in (self.launching.forget, self.nodes.forget, self.timers.forget, self.persistence.forget_job,
+                       self.channel.forget, self.orders.forget):
             self.feed.on_job_end(forget)
 
     def now(self) -> float:
@@ -208,9 +205,9 @@ class Daemon:
         chost, cport = csrv.sockets[0].getsockname()[:2]
         ahost, aport = asrv.sockets[0].getsockname()[:2]
         if wanted_app_port and aport != wanted_app_port:
-            self.app_port_taken = (wanted_app_port, aport)
-        self.control_address = f"{chost}:{cport}"
-        self.app_address = f"{ahost}:{aport}"
+            self.endpoints.app_port_taken = (wanted_app_port, aport)
+        self.endpoints.control_address = f"{chost}:{cport}"
+        self.endpoints.app_address = f"{ahost}:{aport}"
         self.persistence.save_ports(cport, aport)
         await self._recover()
         self.persistence.persist()
@@ -233,18 +230,12 @@ class Daemon:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         log.info(
             "elasticd %s listening: control %s, applications %s; %d nodes, policy %s",
-            __version__, self.control_address, self.app_address,
+            __version__, self.endpoints.control_address, self.endpoints.app_address,
             self.core.nodes.total, cfg.policy,
         )
         self._tick_handle = self.clock.call_at(self.now() + cfg.schedule_interval, self._tick)
-        self.tasks.spawn(self._watch_outputs(), "output-cap")
-        if cfg.allocation_rules is not None and cfg.slurm_job:
-            self.allocation = AllocationResizer(
-                self.core, self.launcher, cfg.allocation_rules, cfg.slurm_job, cfg.state_dir,
-                self.nodes_added, self.nodes_removed, self.now, sbatch_args=cfg.sbatch_args, resize=self.resize,
-                node_down=self.node_down)
-            await self.allocation.start()
-            self.tasks.spawn(run_every(1.0, self.allocation.tick), "allocation")
+        self.tasks.spawn(self.launching.watch_outputs(), "output-cap")
+        await self.nodes.start_allocation(self.resize, self.tasks)
         if ready is not None:
             ready.set_result(None)
         try:
@@ -255,11 +246,8 @@ class Daemon:
             self.timers.cancel_guards()
             csrv.close()
             asrv.close()
-            if self.allocation is not None and self.stopping:
-                try:
-                    await asyncio.wait_for(self.allocation.close(), 10.0)
-                except TimeoutError:
-                    log.error("stopping: giving back the companion allocations took more than 10 s; going on")
+            if self.stopping:
+                await self.nodes.close_allocation()
             for what, closing in (("applications", app.close_all()), ("control", control.close_all()),
                                   ("launcher", self.launcher.close())):
                 try:
@@ -429,7 +417,7 @@ class Daemon:
         now = self.now()
         adopt = getattr(self.launcher, "adopt", None)
         limits = {a.job_id: a for a in self._restored_limits if isinstance(a, ArmLimit)}
-        cut_short: dict[int, tuple[list[str], list[str]]] = {}
+        cut_short: dict[int, tuple[list[str], list[str], asyncio.Future[None]]] = {}
         for jid in self.core.active_ids:
             job = self.core.job(jid)
             found: list[str] = []
@@ -461,8 +449,7 @@ class Daemon:
                 # daemon died half way through the launch, and part of the job never started.
                 missing = [h for h in _launch_hosts(job) if h not in found]
                 if missing and job.ending_as is None and self._all_checked(job.hosts):
-                    self._cut_short[jid] = asyncio.get_running_loop().create_future()
-                    cut_short[jid] = (found, missing)
+                    cut_short[jid] = (found, missing, self.launching.expect_cut_short_end(jid))
                     continue
                 if missing:
                     log.warning("job %d: its launch was cut short: no process on %s", jid, ",".join(missing))
@@ -486,8 +473,8 @@ class Daemon:
                 self.feed.execute([Reclaim(jid, tuple(sorted(job.leaving)), 0.0)])
             self._give_back_unstarted(jid, found)
         if cut_short:
-            await asyncio.gather(*(self._requeue_cut_short(jid, found, missing, limits.get(jid))
-                                   for jid, (found, missing) in cut_short.items()))
+            await asyncio.gather(*(self._requeue_cut_short(jid, found, missing, done, limits.get(jid))
+                                   for jid, (found, missing, done) in cut_short.items()))
 
     def _give_back_unstarted(self, jid: int, found: list[str]) -> None:
         """A running job's hosts where no process of it was ever started: the previous daemon
@@ -518,7 +505,8 @@ class Daemon:
         self.channel.knew_before_restart(jid, held_hosts(job))
         self.orders.join_failed(job, unstarted, why)
 
-    async def _requeue_cut_short(self, jid: int, found: list[str], missing: list[str], limit: ArmLimit | None) -> None:
+    async def _requeue_cut_short(self, jid: int, found: list[str], missing: list[str], done: asyncio.Future[None],
+                                 limit: ArmLimit | None) -> None:
         """A launch the crash cut short: the job's processes run on some of its hosts and
         never started on the others. Taken as launched, it would run without them (an
         application that expects a process on every host misses ranks) and might still end
@@ -529,7 +517,6 @@ class Daemon:
         start never runs beside them. If they cannot be seen to end, the job keeps its nodes
         and is taken as launched (it ends as its processes do), rather than requeued beside
         them."""
-        done = self._cut_short[jid]
         why = (f"launch cut short: the daemon stopped after starting it on {','.join(found)} and before "
                f"{','.join(missing)}; what it started was ended")
         log.warning("job %d: its launch was cut short: processes on %s, none on %s; ending them to start the job "
@@ -544,12 +531,12 @@ class Daemon:
             log.error("job %d: its launch was cut short (no process on %s) and its processes on %s were not "
                       "seen to end: it is not started again; it ends as they do", jid, ",".join(missing),
                       ",".join(found))
-            self._cut_short.pop(jid, None)
+            self.launching.cut_short_over(jid)
             self.feed.do(ev.Launched(self.now(), jid))
             if limit is not None:
                 self.timers.arm_limit(limit)
             return
-        self._cut_short.pop(jid, None)
+        self.launching.cut_short_over(jid)
         log.warning("job %d: %s; back in the queue", jid, why)
         self.feed.do(ev.NeverLaunched(self.now(), jid, why))
         self.feed.job_ended(jid)
@@ -577,7 +564,8 @@ class Daemon:
     def _refresh_metrics(self) -> None:
         if self.metrics is None or self.stopping:
             return
-        self.metrics.refresh(self.core, None if self.allocation is None else self.allocation.status()["node_seconds"])
+        allocation = self.nodes.allocation_status()
+        self.metrics.refresh(self.core, None if allocation is None else allocation["node_seconds"])
         self.clock.call_at(self.now() + 1.0, self._refresh_metrics)
 
     def submit(self, spec: JobSpec) -> int:
@@ -663,33 +651,6 @@ class Daemon:
         log.warning("%s/%s was %s while this daemon ran: written again", self.config.state_dir, DAEMON_FILE,
                     "removed" if found is None else "replaced")
 
-    # ---- nodes (cluster mode) ------------------------------------------------------------
-    def node_down(self, host: str, why: str) -> None:
-        """The launcher cannot reach the node: its job ends (NODE_FAIL) or goes on without it."""
-        owner = self.core.nodes.owner_of(host)
-        log.warning("node %s down (%s)%s", host, why, "" if owner is None else f"; it runs job {owner}")
-        self.feed.do(ev.NodeDown(self.now(), host))
-        self.feed.changed()
-        self.feed.pass_soon()
-
-    def nodes_added(self, hosts: list[str], refused: bool = False) -> None:
-        """The allocation grew: these nodes (connected by the launcher) take jobs; or
-        (`refused`) the batch system refused to take them back and they are used again."""
-        self.feed.do(ev.NodesAdded(self.now(), tuple(hosts), refused))
-        self.feed.changed()
-        self.feed.pass_soon()
-
-    def nodes_removed(self, hosts: list[str]) -> None:
-        """Idle nodes leave the allocation."""
-        self.feed.do(ev.NodesRemoved(self.now(), tuple(hosts)))
-        self.feed.changed()
-
-    def node_up(self, host: str) -> None:
-        log.info("node %s is up again", host)
-        self.feed.do(ev.NodeUp(self.now(), host))
-        self.feed.changed()
-        self.feed.pass_soon()
-
     # ---- the application channel -------------------------------------------------------
     def app_register(self, job_id: int, link: AppLink) -> None:
         self.channel.register(job_id, link)
@@ -716,7 +677,7 @@ class Daemon:
         """The running resizable jobs whose applications cannot reconnect: started before this
         start, which found their application port taken, and not registered since. Their
         library knows only the address it was started with; they run as rigid to their end."""
-        if self.app_port_taken is None:
+        if self.endpoints.app_port_taken is None:
             return []
         return [j.job_id for j in map(self.core.job, self.core.active_ids)
                 if j.kind in (JobKind.MALLEABLE, JobKind.EVOLVING) and not j.malleable_ready and not j.deregistered
@@ -726,9 +687,9 @@ class Daemon:
         """Why applications of jobs taken back cannot reconnect, in words (`elasticd start`,
         `elasticd status`; the jobs' AppPortTaken); None when they can."""
         jobs = self.cut_off()
-        if not jobs or self.app_port_taken is None:
+        if not jobs or self.endpoints.app_port_taken is None:
             return None
-        old, new = self.app_port_taken
+        old, new = self.endpoints.app_port_taken
         return (f"the application port {old} of the previous daemon was held by another process at this start, "
                 f"so this one listens on {new}: the applications of job(s) {', '.join(map(str, jobs))} cannot "
                 f"reconnect, and those jobs run as rigid to their end (port {old} free at `elasticd start` keeps "
@@ -755,164 +716,8 @@ class Daemon:
             "next_job_id": core.next_job_id, "next_order": core.next_order_id, "grow_to": core.grow_to,
         })
 
-    def _launch_action(self, a: Launch) -> None:
-        self.tasks.spawn(self._launch(a), f"launch-{a.job_id}")
-
-    def _terminate_action(self, a: Terminate) -> None:
-        log.info("job %d: ending (%s) on %s", a.job_id, a.ending_as.value, ",".join(a.hosts))
-        self.tasks.spawn(self.launcher.terminate(a.job_id, a.hosts), f"terminate-{a.job_id}")
-
-    def _join_action(self, a: LaunchJoining) -> None:
-        self.joining.setdefault(a.job_id, set()).update(a.hosts)
-        self.tasks.spawn(self._launch_joining(a), f"join-{a.job_id}")
-
-    def _reclaim_action(self, a: Reclaim) -> None:
-        log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
-        self.tasks.spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
-
-    async def _launch_joining(self, a: LaunchJoining) -> None:
-        job = self.core.job(a.job_id)
-        req = LaunchRequest(
-            job_id=a.job_id,
-            spec=job.spec,
-            hosts=a.hosts,
-            all_hosts=a.all_hosts,
-            app_address=self.app_address,
-            job_secret=self.persistence.job_secret(a.job_id) or "",
-            job_dir=self._job_dir(a.job_id),
-            joining=True,
-        )
-        self._note_outputs(req)
-        try:
-            await self.launcher.launch(req)
-        except LaunchError as exc:
-            log.warning("job %d: could not start on new hosts %s: %s", a.job_id, ",".join(a.hosts), exc)
-            # The application may have answered `grown` before the start failed.
-            self.orders.join_failed(job, a.hosts, str(exc))
-            self.feed.changed()
-            self.feed.pass_soon()
-        finally:
-            self._joined(a)
-
-    def _joined(self, a: LaunchJoining) -> None:
-        """The grow's start is over, done or failed (a failure is in the job's history by
-        then: no turn of the loop in between shows neither)."""
-        hosts = self.joining.get(a.job_id)
-        if hosts is not None:
-            hosts.difference_update(a.hosts)
-            if not hosts:
-                del self.joining[a.job_id]
-
-    async def _on_hosts_gone(self, job_id: int, hosts: list[str]) -> None:
-        job = self.core.jobs.get(job_id)
-        order_id = job.order.order_id if job is not None and job.order is not None else None
-        self.feed.do(ev.HostsGone(self.now(), job_id, tuple(hosts)))
-        if self.allocation is not None:
-            self.allocation.hosts_freed(job_id, hosts)  # before a pass could lend them again
-        if order_id is not None and (job is None or job.order is None):
-            self.orders.settled(order_id)
-        log.info("job %d: hosts %s free", job_id, ",".join(hosts))
-        self.feed.changed()
-        self.feed.pass_soon()
-
     def put_value(self, job_id: int, key: str, value: str) -> None:
         self.persistence.put_value(job_id, key, value)
-
-    async def _launch(self, a: Launch) -> None:
-        job = self.core.job(a.job_id)
-        req = LaunchRequest(
-            job_id=a.job_id,
-            spec=job.spec,
-            hosts=a.hosts,
-            all_hosts=a.hosts,
-            app_address=self.app_address,
-            job_secret=self.persistence.job_secret(a.job_id) or "",
-            job_dir=self._job_dir(a.job_id),
-        )
-        self._note_outputs(req)
-        t0 = time.monotonic()
-        try:
-            await self.launcher.launch(req)
-            if self.metrics is not None:
-                self.metrics.launch_seconds.observe(time.monotonic() - t0)
-        except Exception as exc:  # whatever went wrong, the job must not stay RUNNING with nothing running
-            why = str(exc) if isinstance(exc, LaunchError) else f"internal error: {type(exc).__name__}: {exc}"
-            if not isinstance(exc, LaunchError):
-                log.exception("job %d: launch failed", a.job_id)
-            log.warning("job %d: launch failed: %s", a.job_id, why)
-            # Whatever the launcher may have started is ended before the job is called over.
-            await self.launcher.terminate(a.job_id, a.hosts)
-            self.feed.do(ev.LaunchFailed(self.now(), a.job_id, why, exc.exit_code if isinstance(exc, LaunchError) else 1))
-            self.feed.job_ended(a.job_id)
-            return
-        log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
-        self.feed.do(ev.Launched(self.now(), a.job_id))
-        # Saved at once, before the job is shown RUNNING: after a crash, a recorded start
-        # without a recorded launch (and no process found) is requeued, not failed.
-        self.persistence.persist()
-        if job.ending_as is not None:
-            # Cancelled while its processes were being started.
-            await self.launcher.terminate(a.job_id, a.hosts)
-
-    async def _on_exit(self, job_id: int, code: int | None, sig: int | None, ended_at: float | None = None) -> None:
-        cut_short = self._cut_short.get(job_id)
-        if cut_short is not None:
-            # The processes of a launch cut short, ended to start the job again: not its end.
-            if not cut_short.done():
-                cut_short.set_result(None)
-            return
-        now = self.now()
-        at = now
-        if ended_at is not None:
-            # It ended while no daemon watched: its end (and its node-seconds) is when its
-            # processes ended, not the restart that found them so; never before it started.
-            started = self.core.job(job_id).start_time
-            at = min(now, ended_at if started is None else max(started, ended_at))
-        self.feed.do(ev.Exited(at, job_id, code, sig))
-        job = self.core.job(job_id)
-        when = "" if at == now else f" (while the daemon was down, {now - at:.0f} s before the restart found it)"
-        log.info("job %d ended%s: %s %s", job_id, when, job.state.value, job.exit_text)
-        self.feed.job_ended(job_id)
-
-    def _note_outputs(self, req: LaunchRequest) -> None:
-        """The files the job's processes on these hosts write (what the output cap counts)."""
-        workdir = Path(req.spec.working_dir or Path.home())
-        files = self._outputs.setdefault(req.job_id, set())
-        for host in req.hosts:
-            files.update(output_paths(req.spec, req.job_id, host, req.all_hosts.index(host), workdir))
-
-    async def _watch_outputs(self) -> None:
-        """End a job whose output passes its cap before it fills the file system (checked every
-        output_check_interval seconds: it may write that long past the cap). The files are
-        the jobs' own: their sizes are asked from a thread, which a hung file system holds
-        (no cap is checked meanwhile), never the event loop."""
-        while not self.stopping:
-            await asyncio.sleep(self.config.output_check_interval)
-            watched = {jid: files for jid, files in self._outputs.items()
-                       if (job := self.core.jobs.get(jid)) is not None and job.state.holds_nodes
-                       and job.ending_as is None}
-            if not watched:
-                continue
-            all_sizes = await asyncio.to_thread(_sizes, [f for fs in watched.values() for f in fs])
-            for jid, files in watched.items():
-                job = self.core.jobs.get(jid)
-                if job is None or not job.state.holds_nodes or job.ending_as is not None:
-                    continue
-                cap = job.spec.output_cap << 20 if job.spec.output_cap is not None else self.config.output_cap
-                sizes = {f: all_sizes.get(f, 0) for f in files}
-                total = sum(sizes.values())
-                if total > cap:
-                    worst = max(sizes, key=sizes.__getitem__)
-                    why = (f"output cap of {cap >> 20} MiB reached: {total >> 20} MiB written "
-                           f"({worst} {sizes[worst] >> 20} MiB)")
-                    log.warning("job %d: %s; ending it", jid, why)
-                    self.feed.do(ev.OutputLimitReached(self.now(), jid, why))
-                    self.feed.changed()
-
-    def _forget_job(self, job_id: int) -> None:
-        self._outputs.pop(job_id, None)
-        if self.allocation is not None:
-            self.allocation.job_ended(job_id)
 
     def queue(self, req: Queue) -> QueueDocument:
         d = self
@@ -927,7 +732,7 @@ class Daemon:
         blocked = bool(pending) and d.storage_problem() is not None
         cut_off = set(d.cut_off())
         return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.joining,
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in d.launching.joining,
                                                              j.job_id in cut_off))
                                    for j in jobs])
 
@@ -942,8 +747,8 @@ class Daemon:
             policy=d.core.policy.name,
             policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in d.policy_settings.items()},
             started_at=d.started_at,
-            control_address=d.control_address,
-            app_address=d.app_address,
+            control_address=d.endpoints.control_address,
+            app_address=d.endpoints.app_address,
             nodes=node_infos(d.core.nodes),
             jobs_by_state=dict(counts),
             journal=None if d.persistence.journal is None else str(d.persistence.journal.path),
@@ -951,7 +756,7 @@ class Daemon:
             salvaged=d.salvaged,
             storage=d.storage_problem(),
             applications=d.app_channel_problem(),
-            allocation=None if d.allocation is None else d.allocation.status(),
+            allocation=d.nodes.allocation_status(),
             metrics=d.metrics_url,
         )
 
@@ -998,14 +803,3 @@ async def _listen(server: LineServer, host: str, port: int, what: str) -> asynci
         log.warning("%s channel: port %d is taken (%s); listening on another one: applications "
                     "of recovered jobs cannot reconnect", what, port, exc.strerror)
         return await server.start(host, 0)
-
-
-def _sizes(paths: list[Path]) -> dict[Path, int]:
-    return {p: _size(p) for p in paths}
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
