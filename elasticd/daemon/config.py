@@ -79,3 +79,5 @@ class Endpoints:
     # (the previous daemon's application port, the one listened on instead): set when
     # another process held it at this start (Status.app_channel_problem).
     app_port_taken: tuple[int, int] | None = None
+    # Where the metrics are served (--metrics-port; the port bound, --metrics-port 0 too).
+    metrics_url: str | None = None
