@@ -343,7 +343,7 @@ def test_refused_shrink_drops_the_order_and_the_job_runs_on_unchanged() -> None:
 
 
 def test_orders_wait_until_the_last_of_resize_guard_deferral_and_refusal_backoff() -> None:
-    # The instant a driver makes a pass at, though no event happens then (Daemon._arm_guard).
+    # The instant a driver makes a pass at, though no event happens then (elasticd.daemon.timers).
     core, policy = cluster()
     job = run(core, policy, malleable(1, 6), 4)
     assert core.orders_wait_until(job) <= 0.0  # nothing holds it back

@@ -29,7 +29,7 @@ class DaemonConfig:
     order_deadline: float = defaults.ORDER_DEADLINE
     min_resize_interval: float = defaults.MIN_RESIZE_INTERVAL
     # Policies are also run this often while jobs exist. A job's resize interval, deferral or
-    # refusal back-off ending has a pass of its own at that instant (_arm_guard).
+    # refusal back-off ending has a pass of its own at that instant (timers.JobTimers).
     schedule_interval: float = defaults.SCHEDULE_INTERVAL
     policy_params: list[str] = field(default_factory=list)  # KEY=VALUE, as on the command line
     policy_config: str | None = None

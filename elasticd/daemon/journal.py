@@ -9,7 +9,7 @@ JSON document, rewritten whenever the core reports the job changed), the job sec
 rendezvous values applications depend on to reconnect, and a few daemon-wide values (the
 next order id, the channel ports, the number of the last event-log record a commit covers). Rows are state, not a log of events to replay: replaying
 would re-run policies, whose decisions depend on the clock. Recovery reads the rows back
-into the core (see Daemon.recover).
+into the core (see elasticd.daemon.recovery).
 
 When it is written (the durability rule): the daemon calls `commit` before it writes any
 reply on either channel and before it carries out any action (launching, signalling,

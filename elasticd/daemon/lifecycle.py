@@ -76,7 +76,7 @@ class Lifecycle:
         reaching its nodes, the running jobs taken back), serve until stopped, then close
         everything in order and save the last state."""
         cfg = self.config
-        # No pass before the running jobs are taken back (_recover): the servers listen and
+        # No pass before the running jobs are taken back (Recovery.recover): the servers listen and
         # the launcher reaches its nodes first, and a pass then (an application reconnecting
         # asks for one) would see a node not yet found unreachable as idle and a job whose
         # processes the launcher has not taken over yet: in cluster mode it ordered that job

@@ -22,6 +22,7 @@ import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from elasticd.core.actions import Action
@@ -74,6 +75,10 @@ class Persistence:
     def enabled(self) -> bool:
         """Whether this daemon keeps a journal (`--no-journal`: it does not)."""
         return self.journal is not None
+
+    @property
+    def journal_path(self) -> Path | None:
+        return None if self.journal is None else self.journal.path
 
     # ---- saving ----------------------------------------------------------------------------
     def persist(self) -> None:

@@ -91,7 +91,7 @@ def log_ahead(state_dir: Path, meta: dict[str, str], max_row: int) -> LogAhead |
     overwritten, an older copy put in place), and why it cannot refuse a crash's restart:
     the daemon numbers log records on across starts and writes a batch of them only after
     the journal commit that covers them has succeeded, and each commit stores the number of
-    the last record it covers (`log_seq`, elasticd.daemon.service.Daemon._commit). So the
+    the last record it covers (`log_seq`, elasticd.daemon.persistence). So the
     log may lag the journal: killed between the commit and the log's write, or with the
     log's write failing on a full disk (retried at the next commit, the part a full disk
     cut short finished then), the journal covers records the log never got; those are

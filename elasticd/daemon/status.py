@@ -74,7 +74,7 @@ class Status:
             app_address=self.endpoints.app_address,
             nodes=node_infos(self.core.nodes),
             jobs_by_state=dict(counts),
-            journal=None if self.persistence.journal is None else str(self.persistence.journal.path),
+            journal=None if self.persistence.journal_path is None else str(self.persistence.journal_path),
             recovered_jobs=self.recovery.recovered_jobs,
             salvaged=self.recovery.salvaged,
             storage=self.storage_problem(),

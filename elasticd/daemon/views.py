@@ -22,7 +22,7 @@ def job_note(job: Job, now: float, first_pending: bool, disk_full: bool = False,
     a pending job waits for: idle nodes would otherwise read as a scheduler that hangs.
     `joining`: a grow's processes are still being started, after the application took the
     grow (Joining): the grow may yet be undone (`grow_failed`). `cut_off`: its application
-    cannot reconnect, its port taken at the daemon's restart (Daemon.cut_off)."""
+    cannot reconnect, its port taken at the daemon's restart (Status.cut_off)."""
     if job.state is JobState.PENDING:
         if job.reason is not None:  # the cluster is too small for it (Core.cannot_start)
             return "PartitionNodeLimit"
