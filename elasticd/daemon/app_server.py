@@ -21,7 +21,7 @@ from elastic_protocol.framing import read_line
 from elastic_protocol.version import PROTOCOL_VERSION
 from elasticd.core.job import Job
 from elasticd.daemon.app_channel import AppLink
-from elasticd.daemon.line_server import ChannelLimits, LineServer
+from elasticd.daemon.line_server import ChannelLimits, LineServer, peer_text
 from elasticd.errors import OrderRejected, StateWriteError, UnknownJob
 
 log = logging.getLogger("elasticd.app")
@@ -165,6 +165,12 @@ class AppServer(LineServer):
             self.refused(peer, f"{exc.code}: {exc}" if job_id is None else f"job {job_id}: {exc.code}: {exc}")
         except (ConnectionError, asyncio.CancelledError):
             pass
+        except TimeoutError as exc:
+            # TCP gave up on the peer (its keepalive probes or a write went unanswered: its
+            # host reset or was cut off). The peer went away; the daemon did nothing wrong.
+            log.warning("app: %s: connection from %s timed out (%s); closed",
+                        "before its hello" if job_id is None else f"job {job_id}", peer_text(peer),
+                        exc.strerror or exc)
         finally:
             if job_id is not None:
                 self._per_job[job_id] -= 1

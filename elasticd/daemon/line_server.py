@@ -53,7 +53,7 @@ class RefusalLog:
         self._suppressed = 0
 
     def __call__(self, peer: object, why: str) -> None:
-        self.note(f"refused {_peer_text(peer)}: {why}")
+        self.note(f"refused {peer_text(peer)}: {why}")
 
     def note(self, text: str) -> None:
         """Any other warning a peer can trigger at will (an authenticated job's bad lines)."""
@@ -71,7 +71,8 @@ class RefusalLog:
             self._suppressed += 1
 
 
-def _peer_text(peer: object) -> str:
+def peer_text(peer: object) -> str:
+    """host:port of a peer, as the logs name it."""
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)
@@ -125,7 +126,7 @@ class LineServer:
             await self.serve(reader, writer)
         except Exception:
             # A bug in a handler must cost one connection, never the daemon.
-            self.log.exception("%s: internal error serving %s", self.channel, _peer_text(peer))
+            self.log.exception("%s: internal error serving %s", self.channel, peer_text(peer))
         finally:
             self._writers.discard(writer)
             self._unproven.pop(writer, None)
