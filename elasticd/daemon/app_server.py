@@ -3,6 +3,9 @@
 The application proves which job it is with that job's secret (given in its environment);
 after that it may only act on itself. A connection that keeps sending garbage is closed
 and the job runs on as rigid.
+
+It is the wire only: it knows the daemon through `AppCalls` (the calls an application's
+lines become), and keeps no job state but how many connections each job holds.
 """
 
 from __future__ import annotations

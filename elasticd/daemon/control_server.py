@@ -3,6 +3,9 @@
 A bad request gets a typed error line and the connection stays usable; only a broken frame
 (over-long line, half a line) or a failed hello closes it. Nothing on the wire is ever a
 traceback: unexpected failures are logged here and answered with code `internal`.
+
+It is the wire only: it knows the daemon through `ControlCalls` (one call per request) and
+keeps no job state.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 from elasticd.core import events as ev
 from elasticd.core.actions import Launch, LaunchJoining, Reclaim, Terminate
 from elasticd.core.engine import Core
+from elasticd.core.job import Job
 from elasticd.daemon.clock import Clock
 from elasticd.daemon.config import DaemonConfig, Endpoints
 from elasticd.daemon.feed import CoreFeed
@@ -74,18 +75,25 @@ class Launching:
         log.info("job %d: reclaiming %s", a.job_id, ",".join(a.hosts))
         self.tasks.spawn(self.launcher.reclaim(a.job_id, a.hosts, a.grace), f"reclaim-{a.job_id}")
 
-    async def _launch(self, a: Launch) -> None:
-        job = self.core.job(a.job_id)
+    def _request(self, job: Job, hosts: tuple[str, ...], all_hosts: tuple[str, ...],
+                 joining: bool = False) -> LaunchRequest:
+        """What the launcher is asked to start; the files it will write are watched (caps)."""
         req = LaunchRequest(
-            job_id=a.job_id,
+            job_id=job.job_id,
             spec=job.spec,
-            hosts=a.hosts,
-            all_hosts=a.hosts,
+            hosts=hosts,
+            all_hosts=all_hosts,
             app_address=self.endpoints.app_address,
-            job_secret=self.persistence.job_secret(a.job_id) or "",
-            job_dir=self.config.job_dir(a.job_id),
+            job_secret=self.persistence.job_secret(job.job_id) or "",
+            job_dir=self.config.job_dir(job.job_id),
+            joining=joining,
         )
         self._note_outputs(req)
+        return req
+
+    async def _launch(self, a: Launch) -> None:
+        job = self.core.job(a.job_id)
+        req = self._request(job, a.hosts, a.hosts)
         t0 = time.monotonic()
         try:
             await self.launcher.launch(req)
@@ -98,7 +106,8 @@ class Launching:
             log.warning("job %d: launch failed: %s", a.job_id, why)
             # Whatever the launcher may have started is ended before the job is called over.
             await self.launcher.terminate(a.job_id, a.hosts)
-            self.feed.do(ev.LaunchFailed(self.clock.now(), a.job_id, why, exc.exit_code if isinstance(exc, LaunchError) else 1))
+            code = exc.exit_code if isinstance(exc, LaunchError) else 1
+            self.feed.do(ev.LaunchFailed(self.clock.now(), a.job_id, why, code))
             self.feed.job_ended(a.job_id)
             return
         log.info("job %d started on %s", a.job_id, ",".join(a.hosts))
@@ -112,17 +121,7 @@ class Launching:
 
     async def _launch_joining(self, a: LaunchJoining) -> None:
         job = self.core.job(a.job_id)
-        req = LaunchRequest(
-            job_id=a.job_id,
-            spec=job.spec,
-            hosts=a.hosts,
-            all_hosts=a.all_hosts,
-            app_address=self.endpoints.app_address,
-            job_secret=self.persistence.job_secret(a.job_id) or "",
-            job_dir=self.config.job_dir(a.job_id),
-            joining=True,
-        )
-        self._note_outputs(req)
+        req = self._request(job, a.hosts, a.all_hosts, joining=True)
         try:
             await self.launcher.launch(req)
         except LaunchError as exc:

@@ -221,9 +221,9 @@ class Lifecycle:
         changed = self.core.take_changed()
         self.core.requeue_changed(changed)
         ids = ", ".join(str(j.job_id) for j in changed) or "none"
-        msg = (f"could not save the final state of job(s) {ids}: {self.persistence.write_error}. A daemon started again on "
-               f"{self.config.state_dir} shows them as last saved (one saved running ends there as its processes' "
-               f"recorded exit says: FAILED with the signal that ended it, or NODE_FAIL without one); "
+        msg = (f"could not save the final state of job(s) {ids}: {self.persistence.write_error}. A daemon started "
+               f"again on {self.config.state_dir} shows them as last saved (one saved running ends there as its "
+               f"processes' recorded exit says: FAILED with the signal that ended it, or NODE_FAIL without one); "
                f"their ends are in {self.config.state_dir / 'daemon.log'}")
         log.error("stopping: %s", msg)
         return msg

@@ -55,8 +55,9 @@ class Status:
         head = next((j for j in pending if j not in self.core.cannot_start), None)
         blocked = bool(pending) and self.storage_problem() is not None
         cut_off = set(self.cut_off())
+        joining = self.launching.joining
         return QueueDocument(generated_at=now,
-                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in self.launching.joining,
+                             jobs=[job_info(j, now, job_note(j, now, j.job_id == head, blocked, j.job_id in joining,
                                                              j.job_id in cut_off))
                                    for j in jobs])
 
@@ -68,7 +69,8 @@ class Status:
             pid=os.getpid(),
             mode=self.config.mode,
             policy=self.core.policy.name,
-            policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in self.policy_settings.items()},
+            policy_params={k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+                           for k, v in self.policy_settings.items()},
             started_at=self.started_at,
             control_address=self.endpoints.control_address,
             app_address=self.endpoints.app_address,
@@ -111,6 +113,6 @@ class Status:
         write that failed; None when neither."""
         problems = [self.room.space_warning] if self.room.short_of_space() else []
         if self.persistence.write_error is not None:
-            problems.append(f"the last write failed: {self.persistence.write_error} (changes held in memory until one succeeds; "
-                            "submissions, answers and starts are refused meanwhile)")
+            problems.append(f"the last write failed: {self.persistence.write_error} (changes held in memory until one "
+                            "succeeds; submissions, answers and starts are refused meanwhile)")
         return "; ".join(p for p in problems if p) or None
