@@ -51,7 +51,7 @@ def test_no_file_of_the_project_reads_a_path_beside_the_clone() -> None:
 
 # Modules that may import what an optional extra installs (pyproject.toml), beside the core
 # dependencies every module may use.
-EXTRA_OF = {"apps/elastic_apps/mpi/": "mpi", "elasticd/sim/plots.py": "plots"}
+EXTRA_OF = {"apps/elastic_apps/mpi/": "mpi", "elasticd/sim/plots.py": "plots", "elasticd/sim/gantt.py": "plots"}
 
 
 def _requirement_names(reqs: list[str]) -> set[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, write_job
-from elasticd.metrics import JobRecord, job_metrics, summarize
+from elasticd.metrics import JobRow, job_metrics, summarize
 
 
 def test_run_batch_prints_metrics_and_honours_submit_offsets(tmp_path: Path) -> None:
@@ -67,12 +67,15 @@ def test_run_batch_rejects_a_bad_file_before_starting_anything(tmp_path: Path) -
     assert "Traceback" not in r.stderr
 
 
+def job(jid: int, state: str, submit: float, start: float | None, end: float | None, nodes: int) -> JobRow:
+    run = None if start is None or end is None else end - start
+    return JobRow(jid, "rigid", state, submit, start, end, run, None, nodes, nodes, nodes, nodes,
+                  nodes if run is not None else 0, nodes if run is not None else 0, 0, 0, 0.0, 0.0)
+
+
 def test_metrics_are_hand_computable() -> None:
-    recs = [
-        JobRecord(1, "a", "COMPLETED", submit=0, start=0, end=100, node_seconds=200),
-        JobRecord(2, "b", "COMPLETED", submit=0, start=100, end=105, node_seconds=5),
-        JobRecord(3, "c", "CANCELLED", submit=50, start=None, end=50, node_seconds=0),
-    ]
+    recs = [job(1, "COMPLETED", 0, 0, 100, 2), job(2, "COMPLETED", 0, 100, 105, 1),
+            job(3, "CANCELLED", 50, None, 50, 1)]
     m = job_metrics(recs[1])
     assert (m.wait, m.run, m.turnaround) == (100, 5, 105)
     assert m.bounded_slowdown == pytest.approx(105 / 10)  # tau = 10 s bounds the 5 s run

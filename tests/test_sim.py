@@ -15,12 +15,14 @@ import pytest
 from conftest import BIN
 from elastic_protocol.models import Amdahl
 from elastic_protocol.timefmt import MAX_TIME_LIMIT
-from elasticd.metrics import SizedRecord, busy_node_seconds, windowed_summary
+from elasticd.metrics import JobRow, busy_node_seconds, windowed_summary
+from elasticd.perjob import read as read_per_job
 from elasticd.policies import make_policy
 from elasticd.policies.registry import REGISTRY
+from elasticd.sim.rows import job_rows
 from elasticd.sim.simulator import JobOutcome, Simulation, simulate
 from elasticd.sim.swf import Trace, TraceError, read_swf
-from elasticd.sim.workload import MalleabilityRule, build_workload, node_range
+from elasticd.sim.workload import MalleabilityRule, SimJob, build_workload, node_range
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
@@ -148,7 +150,7 @@ def test_a_job_logged_size_runs_exactly_its_logged_time(tmp_path: Path) -> None:
     assert out[0].end - out[0].start == pytest.approx(100)
 
 
-def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int) -> None:
+def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int, jobs: list[SimJob]) -> None:
     assert len(out) == n_jobs and all(o.state == "COMPLETED" for o in out)
     changes = []
     for o in out:
@@ -164,8 +166,8 @@ def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int) -> None:
     for _, d in sorted(changes, key=lambda c: (c[0], c[1])):  # frees before takes at one instant
         busy += d
         assert 0 <= busy <= nodes, "capacity exceeded"
-    recs = [o.record() for o in out]
-    assert busy_node_seconds(recs, -1, 1e18) == pytest.approx(sum(o.node_seconds for o in out), rel=1e-9)
+    rows = job_rows(jobs, out)
+    assert busy_node_seconds(rows, -1, 1e18) == pytest.approx(sum(o.node_seconds for o in out), rel=1e-9)
 
 
 @pytest.mark.parametrize(("trace_name", "policy", "fraction"), [
@@ -176,17 +178,24 @@ def _check_conservation(out: list[JobOutcome], nodes: int, n_jobs: int) -> None:
 ])
 def test_real_traces_conserve_jobs_time_and_capacity(trace_name: str, policy: str, fraction: float) -> None:
     trace = read_swf(TRACES / trace_name)
-    out = simulate(build_workload(trace, fraction, 3), trace.nodes, make_policy(policy))
-    _check_conservation(out, trace.nodes, len(trace.jobs))
+    jobs = build_workload(trace, fraction, 3)
+    out = simulate(jobs, trace.nodes, make_policy(policy))
+    _check_conservation(out, trace.nodes, len(trace.jobs), jobs)
     if fraction:
         assert sum(o.shrinks + o.expands for o in out) > 0
 
 
+def rec(jid: int, submit: float, start: float, end: float, nodes: int) -> JobRow:
+    """A rigid job that ran unresized: its static run is its run."""
+    return JobRow(jid, "rigid", "COMPLETED", submit, start, end, end - start, end - start, nodes, nodes, nodes, nodes,
+                  nodes, nodes, 0, 0, 0.0, 0.0)
+
+
 def test_windowed_summary_excludes_warm_up_and_drain_down() -> None:
     recs = [
-        SizedRecord(1, 0, 0, 10, ((0, 2), (10, 0))),  # in the warm-up: excluded
-        SizedRecord(2, 100, 100, 200, ((100, 1), (200, 0))),
-        SizedRecord(3, 150, 160, 400, ((160, 2), (400, 0))),  # last submission at 150
+        rec(1, 0, 0, 10, 2),  # in the warm-up: excluded
+        rec(2, 100, 100, 200, 1),
+        rec(3, 150, 160, 400, 2),  # last submission at 150
     ]
     s = windowed_summary(recs, total_nodes=2, warmup=50)
     assert s.jobs == 2
@@ -199,15 +208,15 @@ def test_windowed_summary_excludes_warm_up_and_drain_down() -> None:
 
 def test_utilization_of_jobs_submitted_at_one_instant_is_the_whole_runs() -> None:
     # No submission window to measure over (one job, or a batch submitted at once): the run's.
-    one = [SizedRecord(1, 5, 5, 105, ((5, 2), (105, 0)))]
+    one = [rec(1, 5, 5, 105, 2)]
     assert windowed_summary(one, total_nodes=4, warmup=0).utilization == pytest.approx(0.5)
-    batch = [SizedRecord(1, 0, 0, 100, ((0, 4), (100, 0))), SizedRecord(2, 0, 100, 200, ((100, 2), (200, 0)))]
+    batch = [rec(1, 0, 0, 100, 4), rec(2, 0, 100, 200, 2)]
     assert windowed_summary(batch, total_nodes=4, warmup=0).utilization == pytest.approx(600 / 800)
 
 # Pure CPU (8 simulations of 3145 jobs, then plots): 81 s and then over 120 s with 4 busy loops
 # on 2 cores and the suite on -n 2, where the default 120 s timeout ended it. 300 s: a hang guard.
 @pytest.mark.timeout(300)
-def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
+def test_sim_command_writes_per_job_files_csv_json_and_plots_from_them(tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = subprocess.run([str(BIN / "elasticd"), "sim", str(TRACES / "hpc2n-2002-subset.swf.gz"), "--policy", "easy",
                         "--policy", "malleable", "--malleable", "0,100", "--seeds", "2", "--out", str(out),
@@ -215,20 +224,27 @@ def test_sim_command_writes_csv_json_and_plots(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "3145 jobs kept on 240 nodes" in r.stdout
     assert "malleable  100" in r.stdout
-    # Seeds differ by up to tens of times on one configuration: the table shows their range.
+    # Seeds differ by up to tens of times on one configuration: the table shows their range,
+    # and each cell's paired change against rigid EASY with its 95 % interval.
     assert "TURNAROUND(s) [min..max]" in r.stdout and "BSLD [min..max]" in r.stdout, r.stdout
+    assert "STRETCH p95/max" in r.stdout and "vs EASY 0%: TAT / BSLD [95% CI]" in r.stdout, r.stdout
     row = next(line for line in r.stdout.splitlines() if line.startswith("malleable  100"))
-    assert row.split()[2] == "2" and row.count("[") == 3, row
+    assert row.split()[2] == "2" and row.count("[") == 5, row
     with open(out / "runs.csv") as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == 8
+    # A per-job file per run, named in runs.csv, holding every job of the trace.
+    for run in runs:
+        rows = read_per_job(out / "jobs" / run["file"]).rows
+        assert len(rows) == 3145 and int(run["file_bytes"]) == (out / "jobs" / run["file"]).stat().st_size
     doc = json.loads((out / "results.json").read_text())
     assert doc["trace"]["dropped"] == {"zero or unknown run time (cancelled)": 25}
     cell = next(s for s in doc["summary"] if s["policy"] == "malleable" and s["fraction"] == 1.0)
     base = next(s for s in doc["summary"] if s["policy"] == "easy" and s["fraction"] == 0.0)
     assert cell["mean_wait_mean"] < base["mean_wait_mean"]
-    assert {"mean_wait_mean", "mean_wait_median", "mean_wait_iqr"} <= set(cell)
-    for png in ("grid.png", "utilization.png", "gantt-easy.png", "gantt-malleable.png"):
+    assert {"mean_wait_mean", "mean_wait_median", "mean_wait_iqr", "stretch_p95_mean"} <= set(cell)
+    assert "plots in" in r.stdout and "from the per-job files" in r.stdout
+    for png in ("grid.png", "utilization.png", "gantt-easy-rigid.png", "gantt-easy.png", "gantt-malleable.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 

@@ -7,10 +7,14 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elasticd.cli.sim_cmd import _fractions
 from elasticd.errors import ElasticError
 from elasticd.policies import POLICIES
+
+if TYPE_CHECKING:
+    from elasticd.sim.workload import MalleabilityRule
 
 DEFAULT_TRACES = Path("examples") / "traces"
 
@@ -19,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     e = sub.add_parser(
         "evaluate", help="every policy on every trace over malleable fractions and seeds: report, plots, README tables",
         description="Simulate each policy on each trace at each malleable percentage with several seeds, and write "
-        "OUT/REPORT.md (tables with mean and min..max over seeds, against rigid EASY, and why a policy is worse "
-        "where it is), OUT/TRACE/summary.csv and OUT/TRACE/turnaround.png; with --readme, the README's tables too. "
+        "a per-job file per run (OUT/jobs/...), OUT/REPORT.md (tables with mean and min..max over seeds, the paired "
+        "change against rigid EASY with its 95 %% interval, stretch, and why a policy is worse where it is, from the "
+        "per-job files), OUT/TRACE/summary.csv and OUT/TRACE/vs-easy.png; with --readme, the README's table too. "
         "Finished runs are kept in OUT/runs.jsonl: run again with --resume to continue; an OUT that holds runs is "
         "replaced only with --fresh.")
     e.add_argument("traces", nargs="*", type=Path, metavar="TRACE",
@@ -29,10 +34,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="where REPORT.md, runs.jsonl and a folder per trace go (default ./evaluation; the "
                    "repository's results are regenerated with --out docs/results/evaluation, as the README says)")
     e.add_argument("--policy", action="append", choices=sorted(POLICIES), metavar="P",
-                   help="repeatable (default: easy, conservative, every seed policy and payoff)")
+                   help="repeatable (default: easy, every seed policy and payoff)")
     e.add_argument("--malleable", default="0,10,20,30,40,50,60,70,80,90,100", metavar="PCTS",
                    help="percentages (default 0,10,...,100)")
     e.add_argument("--seeds", type=int, default=10, metavar="K", help="seeds per cell (default 10)")
+    e.add_argument("--load", default="1", metavar="F[,F...]",
+                   help="offered loads, each the log's times F: inter-arrival times divided by F (F > 1: heavier, "
+                   "F < 1: lighter; default 1, the log's own)")
+    e.add_argument("--rule", default="efficiency", metavar="R[,R...]",
+                   help="conversion rules: efficiency (the seeds'), mebf, downward (no job above its logged size); "
+                   "default efficiency")
     e.add_argument("--max-jobs", type=int, default=None, metavar="N",
                    help="only each trace's first N jobs (stated in the report)")
     e.add_argument("--nodes", type=int, default=None, metavar="N",
@@ -56,8 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from elasticd.experiments import evaluate as ev
-    from elasticd.sim.grid import TraceSource, text_progress, warmup_note
-    from elasticd.sim.workload import MalleabilityRule
+    from elasticd.experiments import evaluation_report as er
+    from elasticd.sim.grid import GridSettings, TraceSource, text_progress, warmup_note
+    from elasticd.sim.workload import RULES, MalleabilityRule, at_load, offered_load
 
     if not args.traces and (args.nodes is not None or args.cores_per_node is not None):
         raise ElasticError("--nodes and --cores-per-node apply to every TRACE named: name the traces they describe")
@@ -69,6 +81,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         ev.refuse_to_replace(args.out)
     if args.readme is not None:
         ev.readme_section(args.readme, "evaluation")
+    loads = _loads(args.load)
+    rules = [r.strip() for r in args.rule.split(",") if r.strip()]
+    unknown = [r for r in rules if r not in RULES]
+    if unknown or not rules:
+        raise ElasticError(f"--rule {args.rule!r}: use {', '.join(RULES)} (comma-separated)")
     paths = args.traces or sorted(DEFAULT_TRACES.glob("*.swf.gz"))
     if not paths:
         raise ElasticError(f"no traces given and none in {DEFAULT_TRACES} (run from the repository, or name them)")
@@ -80,10 +97,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         sources[name] = TraceSource(p, args.nodes, args.cores_per_node, args.max_jobs, args.strict)
     # Every trace read here first: one that cannot be used is refused before any run (in a
     # worker process, its error was a broken pool and a traceback), and each says what it is.
-    readings = {}
+    readings, offered = {}, {}
     for name, src in sources.items():
         trace = src.load()
         readings[name] = trace.report()
+        offered[name] = {load: offered_load(at_load(trace, load)) for load in loads}
         print(readings[name])
         note = warmup_note(trace, args.warmup)
         if note:
@@ -94,15 +112,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     fractions = _fractions(args.malleable)
     if args.seeds < 1:
         raise ElasticError("--seeds must be at least 1")
-    settings = {"warmup": args.warmup, "traces": {name: {"reading": readings[name], "max_jobs": args.max_jobs,
-                                                          "nodes": args.nodes, "cores_per_node": args.cores_per_node,
-                                                          "strict": args.strict} for name in sources}}
+    rule = MalleabilityRule()
+    settings = {"warmup": args.warmup, "conversion": _conversion(rule),
+                "traces": {name: {"reading": readings[name], "max_jobs": args.max_jobs, "nodes": args.nodes,
+                                  "cores_per_node": args.cores_per_node, "strict": args.strict} for name in sources}}
     ev.keep_settings(args.out, settings, args.resume)
-    runs = ev.plan(list(sources), policies, fractions, args.seeds)
+    runs = ev.plan(list(sources), policies, fractions, args.seeds, loads, rules)
     before = len(ev.Results.load(args.out / "runs.jsonl").rows)  # 0 but with --resume
     t0 = time.perf_counter()
     try:
-        results = ev.run(sources, runs, args.out, MalleabilityRule(), args.warmup, args.workers, text_progress())
+        results = ev.run(sources, runs, args.out, GridSettings(rule, args.warmup), args.workers, text_progress())
     except KeyboardInterrupt:
         kept = len(ev.Results.load(args.out / "runs.jsonl").rows)
         print(f"\nelasticd evaluate: interrupted; {kept} runs kept in {args.out / 'runs.jsonl'}: "
@@ -121,15 +140,34 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         elif not a.startswith("--workers="):
             shown.append(a)
     command = "elasticd evaluate " + " ".join(shlex.quote(a) for a in [*shown, "--fresh"])
-    desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds; "
-            "efficiency rule, Amdahl speedups from an efficiency of 0.6-0.95 at each job's logged size, "
-            "0.375 s reconfiguration per node changed" + (f"; first {args.max_jobs} jobs of each trace"
-                                                         if args.max_jobs else ""))
-    ev.report(args.out, list(sources), results, policies, fractions, {"command": command, "description": desc,
-                                                                      "readings": readings})
+    desc = (f"{len(sources)} traces, {len(policies)} policies, malleable {args.malleable} %, {args.seeds} seeds, "
+             f"load x{', x'.join(f'{x:g}' for x in loads)}, rule {', '.join(rules)}; Amdahl speedups from an "
+             "efficiency of 0.6-0.95 at each job's logged size, 0.375 s reconfiguration per node changed"
+             + (f"; first {args.max_jobs} jobs of each trace" if args.max_jobs else ""))
+    wall = sum(float(r.get("wall", 0.0)) for r in results.rows.values())  # not in REPORT.md: it differs each time
+    t1 = time.perf_counter()
+    er.report(args.out, list(sources), results, policies, fractions,
+              {"command": command, "description": desc, "readings": readings, "offered": offered})
     if args.readme is not None:
-        ev.update_readme(args.readme, "evaluation", ev.readme_table(results, list(sources), policies, fractions))
+        ev.update_readme(args.readme, "evaluation", er.readme_table(results, list(sources), policies, fractions))
     made = len(results.rows) - before
-    print(f"{len(results.rows)} runs ({made} made now, {time.perf_counter() - t0:.0f} s); report in "
-          f"{args.out / 'REPORT.md'}")
+    print(f"{len(results.rows)} runs ({made} made now, {t1 - t0:.0f} s; {wall / 3600:.1f} h of runs in all; report "
+          f"{time.perf_counter() - t1:.0f} s); report in {args.out / 'REPORT.md'}")
     return 0
+
+
+def _loads(text: str) -> list[float]:
+    try:
+        loads = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ElasticError(f"--load {text!r}: give factors like 1,0.5,2") from None
+    if not loads or any(not (x > 0 and x < float("inf")) for x in loads):
+        raise ElasticError(f"--load {text!r}: each factor must be a positive number (1 = the log's own load)")
+    return loads
+
+
+def _conversion(rule: MalleabilityRule) -> dict[str, object]:
+    """The conversion's parameters every rule shares (the rule itself is a grid dimension)."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(rule).items() if k != "rule"}

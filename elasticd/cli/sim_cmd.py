@@ -18,10 +18,8 @@ from elasticd.policies import POLICIES
 
 if TYPE_CHECKING:
     from elasticd.sim.fromlog import LoggedRun, SkippedRun
-    from elasticd.sim.grid import RunRow, TraceSource
-    from elasticd.sim.simulator import Simulation
+    from elasticd.sim.grid import RunResult
     from elasticd.sim.swf import Trace
-    from elasticd.sim.workload import MalleabilityRule
 
 DEFAULT_FRACTIONS = "0,20,40,60,80,100"
 # A trace's simulation only: given with --from-log (which replays the logged jobs, on the
@@ -32,6 +30,7 @@ TRACE_ONLY: dict[str, tuple[str, object]] = {
     "cores_per_node": ("--cores-per-node", None), "rule": ("--rule", "efficiency"), "model": ("--model", "amdahl"),
     "efficiency": ("--efficiency", "0.6,0.95"), "alpha": ("--alpha", 0.375), "beta": ("--beta", 0.0),
     "b": ("--b", 0.0), "warmup": ("--warmup", 43200.0), "workers": ("--workers", None), "strict": ("--strict", False),
+    "load": ("--load", 1.0), "gantt_window": ("--gantt-window", None),
 }
 
 
@@ -51,8 +50,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("--cores-per-node", type=int, default=None, metavar="C",
                    help="processors per node, to turn logged processors into nodes (default: from the "
                    "header's MaxProcs / MaxNodes when both are there, else 1)")
-    s.add_argument("--rule", choices=["efficiency", "mebf"],
-                   help="how a malleable job's min/preferred/max are set (default efficiency)")
+    s.add_argument("--rule", choices=["efficiency", "mebf", "downward"],
+                   help="how a malleable job's min/preferred/max are set (default efficiency; downward: the "
+                   "efficiency rule with no job above its logged size)")
+    s.add_argument("--load", type=float, metavar="F",
+                   help="offered load as the log's times F: inter-arrival times divided by F (F > 1 heavier, "
+                   "F < 1 lighter; default 1)")
     s.add_argument("--model", choices=["amdahl", "rho"], help="speedup model family (default amdahl)")
     s.add_argument("--efficiency", metavar="LO,HI",
                    help="range of each job's parallel efficiency at its logged size; its serial "
@@ -64,8 +67,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="seconds excluded at the start (default 12 h); drain-down is always excluded")
     s.add_argument("--workers", type=int, default=None, help="parallel runs (default: all cores)")
     s.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="write CSV, JSON and PNG plots here (with --from-log: the what-if table as CSV and JSON)")
+                   help="write a per-job file per run (DIR/jobs), CSV, JSON and PNG plots (drawn from those files) "
+                   "here (with --from-log: the what-if table as CSV and JSON)")
     s.add_argument("--no-plots", action="store_true", help="no PNG plots (faster)")
+    s.add_argument("--gantt-window", metavar="H0,H1",
+                   help="the Gantt charts' window, hours from the first submission (default: a typical busy "
+                   "stretch after the warm-up); the same for every policy")
     s.add_argument("--strict", action="store_true", help="a malformed trace line is an error, not a counted drop")
     add_policy_params(s)
     s.set_defaults(func=run_sim)
@@ -104,13 +111,19 @@ def run_sim(args: argparse.Namespace) -> int:
         if getattr(args, dest) is None:
             setattr(args, dest, default)
     from elastic_protocol.models import ReconfigCost
-    from elasticd.sim.grid import RunSpec, TraceSource, aggregate, run_grid, text_progress, warmup_note
-    from elasticd.sim.workload import MalleabilityRule
+    from elasticd.sim.grid import GridSettings, RunKey, TraceSource, aggregate, run_grid, text_progress, warmup_note
+    from elasticd.sim.workload import MalleabilityRule, at_load, offered_load
 
     source = TraceSource(args.trace, args.nodes, args.cores_per_node, strict=args.strict)
     trace = source.load()
     print(trace.report())
-    note = warmup_note(trace, args.warmup)
+    if not (args.load > 0 and args.load < float("inf")):
+        raise ElasticError(f"--load {args.load}: must be a positive number (1 = the log's own load)")
+    gantt = _hours(args.gantt_window) if args.gantt_window else None
+    scaled = at_load(trace, args.load)
+    print(f"offered load: {offered_load(scaled):.3f} of the machine" + (
+        f" (the log's {offered_load(trace):.3f} x {args.load:g})" if args.load != 1 else ""))
+    note = warmup_note(scaled, args.warmup)
     if note:
         print(note)
     lo, hi = _range(args.efficiency)
@@ -123,24 +136,46 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise ElasticError("--seeds must be at least 1")
     params = per_policy_params(policies, args.policy_config, args.policy_param)
-    specs = [RunSpec(p, f, s) for p in policies for f in fractions for s in range(1, args.seeds + 1)]
+    name = args.trace.name.split(".swf")[0]
+    keys = [RunKey(name, p, f, s, args.load, args.rule) for p in policies for f in fractions
+            for s in range(1, args.seeds + 1)]
+    if args.out and not args.no_plots and ("easy", 0.0) not in {(k.policy, k.fraction) for k in keys}:
+        # The utilization plot is set against rigid EASY's: its run is made with the others.
+        keys.append(RunKey(name, "easy", 0.0, 1, args.load, args.rule))
+        print("rigid EASY (easy at 0 %, seed 1) is run too: the plots compare every policy with it")
     t = time.perf_counter()
-    rows = run_grid(source, specs, rule, args.warmup, args.workers, text_progress(), params)
+    jobs_dir = args.out / "jobs" if args.out else None
+    results = run_grid({name: source}, keys, GridSettings(rule, args.warmup, params, jobs_dir), args.workers,
+                       text_progress())
     wall = time.perf_counter() - t
-    summary = list(aggregate(rows))
+    summary = list(aggregate(results))
     from elasticd.sim.grid import print_summary
 
     print_summary(summary)
-    print(f"{len(rows)} runs in {wall:.1f} s")
+    print(f"{len(results)} runs in {wall:.1f} s")
     if args.out:
-        write_outputs(args.out, trace, rows, summary, vars_for_json(args))
+        write_outputs(args.out, trace, results, summary, vars_for_json(args))
         if not args.no_plots:
+            from elasticd.sim.figures import plot_simulation
+
+            t = time.perf_counter()
             try:
-                plots(args, source, rule, summary, policies, fractions, params)
+                plot_simulation(args.out, [r.record() for r in results], summary, name, args.warmup, args.seeds, gantt)
+                print(f"plots in {time.perf_counter() - t:.1f} s, from the per-job files")
             except MissingExtra as exc:
                 print(f"elasticd sim: no plots: {exc} (or pass --no-plots)", file=sys.stderr)
-        print(f"results in {args.out}")
+        print(f"results in {args.out} (per-job files in {args.out / 'jobs'})")
     return 0
+
+
+def _hours(text: str) -> tuple[float, float]:
+    try:
+        h0, h1 = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ElasticError(f"--gantt-window {text!r}: give H0,H1 (hours from the first submission)") from None
+    if not 0 <= h0 < h1:
+        raise ElasticError(f"--gantt-window {text!r}: needs 0 <= H0 < H1")
+    return h0, h1
 
 
 def per_policy_params(policies: list[str], config: Path | None, assignments: list[str]) -> dict[str, dict[str, Any]]:
@@ -164,21 +199,21 @@ def vars_for_json(args: argparse.Namespace) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
 
 
-def write_outputs(out: Path, trace: Trace, rows: list[RunRow], summary: list[dict[str, Any]], params: dict[str, Any]) -> None:
-    from elasticd.sim.grid import row_dict
-
+def write_outputs(out: Path, trace: Trace, results: list[RunResult], summary: list[dict[str, Any]],
+                  params: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    run_dicts = [row_dict(r) for r in rows]
+    run_dicts = [r.record() for r in results]
     with open(out / "runs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(run_dicts[0]))
         w.writeheader()
         w.writerows(run_dicts)
+    fields = list(dict.fromkeys(k for r in summary for k in r))
     with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(summary)
     doc = {
-        "version": 1,
+        "version": 2,
         "trace": {"name": trace.name, "nodes": trace.nodes, "jobs": len(trace.jobs),
                   "dropped": dict(trace.dropped), "adjusted": dict(trace.adjusted), "units": trace.units,
                   "notes": trace.notes, "report": trace.report()},
@@ -187,47 +222,6 @@ def write_outputs(out: Path, trace: Trace, rows: list[RunRow], summary: list[dic
         "summary": summary,
     }
     (out / "results.json").write_text(json.dumps(doc, indent=1))
-
-
-def gantt_window(sim: Simulation, warmup: float, starts: int = 40) -> tuple[float, float]:
-    """A short, busy window: from the first start after the warm-up to the 40th start after
-    it (real traces have idle days; a fixed slice of the span is often empty)."""
-    begun = sorted(j.start_time for j in sim.core.jobs.values() if j.start_time is not None)
-    first = min(j.submit_time for j in sim.core.jobs.values())
-    after = [t for t in begun if t >= first + warmup] or begun
-    # A typical stretch of `starts` consecutive starts, the one whose length is the median:
-    # neither an idle gap of the log nor a burst of seconds.
-    n = min(starts, len(after) - 1)
-    spans = sorted(range(len(after) - n), key=lambda i: after[i + n] - after[i]) if n > 0 else [0]
-    k = spans[len(spans) // 2]
-    t0, t1 = after[k], after[k + n]
-    return t0, max(t1, t0 + 1.0)
-
-
-def plots(args: argparse.Namespace, source: TraceSource, rule: MalleabilityRule, summary: list[dict[str, Any]], policies: list[str], fractions: list[float],
-          params: dict[str, dict[str, Any]]) -> None:
-    from elasticd.policies import make_policy
-    from elasticd.sim.plots import busy_series, plot_gantt, plot_grid, plot_utilization, size_changes
-    from elasticd.sim.simulator import Simulation
-    from elasticd.sim.workload import build_workload
-
-    trace = source.load()
-    plot_grid(summary, args.out / "grid.png", f"{trace.name}: {args.seeds} seed(s) per point")
-    # Utilization over time and a Gantt chart: seed 1 at the largest fraction, per policy.
-    frac = max(fractions)
-    series = {}
-    sims = {}
-    for p in policies:
-        sim = Simulation(build_workload(trace, frac, 1, rule), trace.nodes, make_policy(p, params[p]))
-        outs = sim.run()
-        sims[p] = sim
-        series[f"{p} ({100 * frac:.0f}% malleable)"] = busy_series(size_changes([o.sizes for o in outs]))
-    plot_utilization(series, trace.nodes, args.out / "utilization.png", f"{trace.name}: busy nodes")
-    for p, sim in sims.items():
-        t0, t1 = gantt_window(sim, args.warmup)
-        jobs = [j for j in sim.core.jobs.values() if j.start_time is not None and j.start_time < t1 and (j.end_time or 0) > t0]
-        plot_gantt(jobs, sim.core.nodes.index, t0, t1, args.out / f"gantt-{p}.png",
-                   f"{trace.name}, {p}, {100 * frac:.0f}% malleable: nodes over time")
 
 
 def run_from_log(args: argparse.Namespace) -> int:

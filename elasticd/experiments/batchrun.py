@@ -29,7 +29,8 @@ from elasticd.client import ControlClient
 from elasticd.daemonctl import start_detached
 from elasticd.errors import ElasticError, JobFileError
 from elasticd.jobfile import job_files, load_job_file
-from elasticd.metrics import JobRecord, job_metrics, summarize
+from elasticd.metrics import JobRow, job_metrics, recorded_row, summarize
+from elasticd.perjob import rounded
 from elasticd.statedir import DaemonRecord
 from elasticd.table import render_table
 
@@ -100,8 +101,9 @@ def execute_batch(
     offsets: bool = True,
     timeout: float | None = None,
     announce: bool = True,
-) -> tuple[QueueDocument, bool]:
-    """Run the jobs on a private local daemon (at their submit offsets) until all end."""
+) -> tuple[QueueDocument, bool, dict[int, JobSpec]]:
+    """Run the jobs on a private local daemon (at their submit offsets) until all end: the
+    queue document, whether all ended in time, and each job's file by the id it was given."""
     specs = sorted(specs, key=lambda s: s.submit_offset if offsets else 0.0)
     state_dir = Path(tempfile.mkdtemp(prefix="elastic-run-"))
     rec = start_detached(state_dir, nodes, policy, kill_wait, extra=extra)
@@ -124,7 +126,7 @@ def execute_batch(
         raise
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-    return doc, done
+    return doc, done, dict(zip(ids, specs))
 
 
 def _stop_quietly(rec: DaemonRecord, kill_wait: float) -> None:
@@ -138,9 +140,37 @@ def _stop_quietly(rec: DaemonRecord, kill_wait: float) -> None:
             pass
 
 
-def records(doc: QueueDocument) -> list[JobRecord]:
-    return [JobRecord(j.job_id, j.name, j.state, j.submit_time, j.start_time, j.end_time, j.node_seconds)
-            for j in doc.jobs]
+_HISTORY = ("started", "grown", "shrunk", "released", "requeued")
+
+
+def queue_rows(doc: QueueDocument, specs: dict[int, JobSpec] | None = None) -> list[JobRow]:
+    """The jobs of a queue document as per-job rows (elasticd.metrics.recorded_row), as a
+    per-job file holds them (to the millisecond: every figure of the run is computed from
+    these); without their job files (`specs`), no model is known: a job's static run is its
+    own run if it was never resized."""
+    out = []
+    for j in doc.jobs:
+        spec = (specs or {}).get(j.job_id)
+        history: list[tuple[float, int]] = []
+        for e in j.events:
+            if e.event == "requeued":
+                history = []  # never launched: its history begins at its next start
+            elif e.event in _HISTORY:
+                history.append((e.time, e.nodes))
+        out.append(rounded(recorded_row(
+            j.job_id, j.kind, j.state, j.submit_time, j.start_time, j.end_time,
+            (j.nodes_min, j.nodes_max, j.nodes_preferred), float(j.time_limit) if j.time_limit is not None else None,
+            spec.model if spec is not None else None, history, sum(1 for e in j.events if e.event == "shrunk"),
+            sum(1 for e in j.events if e.event == "grown"))))
+    return out
+
+
+def rows_of_run_file(doc: dict[str, Any]) -> list[JobRow]:
+    """A run file's rows (report_json): as written, or from its queue document if it is older
+    than them."""
+    if "rows" in doc:
+        return [JobRow(**{**r, "size_changes": tuple((t, n) for t, n in r["size_changes"])}) for r in doc["rows"]]
+    return queue_rows(QueueDocument.model_validate(doc["queue"]))
 
 
 def _fmt(x: float | None) -> str:
@@ -162,15 +192,18 @@ def _why(j: JobInfo) -> str:
     return why + (f"; output in {j.output_path}" if j.output_path else "")
 
 
-def print_report(doc: QueueDocument, total_nodes: int) -> None:
-    recs = records(doc)
-    head = ("JOBID", "NAME", "STATE", "EXIT", "NODES", "WAIT(s)", "RUN(s)", "TURNAROUND(s)", "BSLD")
+def print_report(doc: QueueDocument, total_nodes: int, recs: list[JobRow] | None = None) -> None:
+    """The jobs' table and the batch's figures; bounded slowdown over each job's static run
+    (elasticd.metrics: its model's time at its requested size, else its own run if never
+    resized; "-" where unknown)."""
+    recs = recs if recs is not None else queue_rows(doc)
+    head = ("JOBID", "NAME", "STATE", "EXIT", "NODES", "WAIT(s)", "RUN(s)", "STATIC(s)", "TURNAROUND(s)", "BSLD")
     rows: list[tuple[str, ...]] = []
     for j, r in zip(doc.jobs, recs):
         m = job_metrics(r)
         sizes = sorted({e.nodes for e in j.events if e.event in ("started", "shrunk", "grown")})
         rows.append((str(j.job_id), j.name[:24], j.state, j.exit or "", "/".join(map(str, sizes)) or "0",
-                     _fmt(m.wait), _fmt(m.run), _fmt(m.turnaround), _fmt(m.bounded_slowdown)))
+                     _fmt(m.wait), _fmt(m.run), _fmt(r.static_run), _fmt(m.turnaround), _fmt(m.bounded_slowdown)))
     print()
     print(render_table(head, rows))
     for j in doc.jobs:
@@ -188,19 +221,23 @@ def print_report(doc: QueueDocument, total_nodes: int) -> None:
     print(f"node utilization        {100 * s.utilization:.1f} %")
     print(f"mean wait               {s.mean_wait:.2f} s")
     print(f"mean turnaround         {s.mean_turnaround:.2f} s")
-    print(f"mean bounded slowdown   {s.mean_bounded_slowdown:.3f} (tau = 10 s)")
+    unknown = f"; {s.static_unknown} resized job(s) without a model's work left out" if s.static_unknown else ""
+    print(f"mean bounded slowdown   {s.mean_bounded_slowdown:.3f} (over each job's static run, tau = 10 s{unknown})")
 
 
-def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None) -> dict[str, Any]:
-    """Metrics plus the whole queue document (events with hosts), so `elasticd report`
-    can draw the run later."""
-    recs = records(doc)
+def report_json(doc: QueueDocument, total_nodes: int, policy: str | None = None,
+                specs: dict[int, JobSpec] | None = None) -> dict[str, Any]:
+    """Metrics, the per-job rows they come from, and the whole queue document (events with
+    hosts), so `elasticd report` can draw the run later."""
+    recs = queue_rows(doc, specs)
     return {
-        "version": 1,
+        "version": 2,
         "kind": "run",
         "nodes": total_nodes,
         "policy": policy,
-        "jobs": [asdict(job_metrics(r)) for r in recs],
+        "jobs": [{"name": j.name, "state": j.state, "static_run": r.static_run, **asdict(job_metrics(r))}
+                 for j, r in zip(doc.jobs, recs)],
+        "rows": [asdict(r) for r in recs],
         "summary": asdict(summarize(recs, total_nodes)),
         "queue": doc.model_dump(),
     }

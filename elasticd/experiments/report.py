@@ -18,14 +18,6 @@ from elasticd.errors import ElasticError
 from elasticd.table import render_table
 
 
-@dataclass
-class _JobView:
-    """What the Gantt chart needs of a job, from a queue document."""
-
-    job_id: int
-    events: list[Any]
-
-
 def report(target: Path) -> list[Path]:
     if target.is_dir():
         results = target / "results.json"
@@ -45,12 +37,16 @@ def report(target: Path) -> list[Path]:
 
 
 def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
-    from elasticd.experiments.batchrun import print_report
-    from elasticd.sim.plots import plot_gantt, plot_utilization
+    """A run file's table and figures: a Gantt chart of the nodes it really used (hosts from
+    its queue document) and its busy nodes per second."""
+    from elasticd.experiments.batchrun import print_report, rows_of_run_file
+    from elasticd.sim.gantt import blocks_from_events, plot_gantt
+    from elasticd.sim.plots import plot_utilization
 
     queue = QueueDocument.model_validate(doc["queue"])
     nodes = doc["nodes"]
-    print_report(queue, nodes)
+    rows = rows_of_run_file(doc)
+    print_report(queue, nodes, rows)
     if not queue.jobs:
         return []
     t0 = min(j.submit_time for j in queue.jobs)
@@ -58,28 +54,14 @@ def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
     names = sorted({h for j in queue.jobs for e in j.events for h in e.hosts}, key=_node_key)
     index = {h: i for i, h in enumerate(names)}
     stem = path.with_suffix("")
-    gantt = plot_gantt([_JobView(j.job_id, j.events) for j in queue.jobs], index, t0, t1, Path(f"{stem}-gantt.png"),
-                       f"{path.name}: nodes over time ({doc.get('policy') or 'policy?'})", time_unit=1.0, unit_name="s")
-    busy: list[tuple[float, int]] = []
-    for j in queue.jobs:
-        prev = 0
-        for e in j.events:
-            if e.event in ("started", "grow_ordered", "grown", "shrunk", "released", "requeued", "ended"):
-                n = 0 if e.event == "ended" else e.nodes
-                busy.append((e.time - t0, n - prev))
-                prev = n
-    queued = [(j.submit_time - t0, 1) for j in queue.jobs] + [((j.start_time or j.end_time or t1) - t0, -1) for j in queue.jobs]
-    util = plot_utilization({"busy nodes": _cumulative(busy), "queued jobs (x nodes)": [(t, n * 1) for t, n in _cumulative(queued)]},
-                            nodes, Path(f"{stem}-utilization.png"), f"{path.name}: busy nodes and queue length",
-                            time_unit=1.0, unit_name="s")
+    blocks, marks = blocks_from_events(queue.jobs, index)
+    gantt = plot_gantt(blocks, marks, max(len(names), 1), t0, t1, Path(f"{stem}-gantt.png"),
+                       f"{path.name}: nodes over time ({doc.get('policy') or 'policy?'})", time_unit=1.0,
+                       unit_name="s")
+    util = plot_utilization({"busy nodes": rows}, None, nodes, Path(f"{stem}-utilization.png"),
+                            f"{path.name}: busy nodes ({doc.get('policy') or 'policy?'})")
     print(f"plots: {gantt} {util}")
     return [gantt, util]
-
-
-def _cumulative(changes: list[tuple[float, int]]) -> list[tuple[float, int]]:
-    from elasticd.sim.plots import busy_series
-
-    return busy_series(changes)
 
 
 def _node_key(name: str) -> tuple[str, int]:
@@ -254,9 +236,18 @@ def write_experiment_table(folder: Path, rows: list[dict[str, Any]], command: st
 
 
 def report_simulation(folder: Path, doc: dict[str, Any]) -> list[Path]:
+    """A simulation folder's table, and its figures drawn again from its per-job files."""
+    from elasticd.sim.figures import plot_simulation
     from elasticd.sim.grid import print_summary
-    from elasticd.sim.plots import plot_grid
 
     print_summary(doc["summary"])
-    return [plot_grid(doc["summary"], folder / "grid.png", f"{doc['trace']['name']}")]
-
+    params = doc.get("parameters", {})
+    name = Path(str(params.get("trace") or doc["trace"]["name"])).name.split(".swf")[0]
+    seeds = max((int(r["seed"]) for r in doc["runs"]), default=1)
+    gantt = params.get("gantt_window")
+    hours = None
+    if gantt:
+        h0, h1 = (float(x) for x in gantt.split(","))
+        hours = (h0, h1)
+    return plot_simulation(folder, doc["runs"], doc["summary"], name, float(params.get("warmup", 43200.0)), seeds,
+                           hours)

@@ -19,9 +19,11 @@ from typing import Any
 
 from elastic_protocol.control import QueueDocument
 from elasticd.experiments.batches import generate_batch, malleable_set, write_batch
-from elasticd.experiments.batchrun import execute_batch, load_batch, records, report_json
-from elasticd.metrics import JobRecord, summarize
+from elasticd.experiments.batchrun import execute_batch, load_batch, queue_rows, report_json
+from elasticd.metrics import JobRow, measurement_window, summarize
+from elasticd.perjob import RunFile, rounded, write
 from elasticd.policies import make_policy
+from elasticd.sim.rows import job_rows
 from elasticd.sim.simulator import simulate
 from elasticd.sim.workload import from_specs
 
@@ -75,18 +77,33 @@ def run_cell(out: Path, policy: str, fraction: float, batch: int, s: Settings) -
     b = generate_batch(batch, jobs=s.jobs)
     write_batch(jobs_dir, b, malleable_set(b, fraction, batch), s.time_scale, python=sys.executable)
     specs = load_batch([jobs_dir], s.nodes)
-    doc, _done = execute_batch(specs, s.nodes, policy, s.kill_wait, s.daemon_args(), announce=False,
-                              timeout=3600)
-    (cell / "run.json").write_text(json.dumps(report_json(doc, s.nodes, policy), indent=1))
-    return compare(doc, specs, policy, fraction, batch, s)
+    doc, _done, by_id = execute_batch(specs, s.nodes, policy, s.kill_wait, s.daemon_args(), announce=False,
+                                      timeout=3600)
+    (cell / "run.json").write_text(json.dumps(report_json(doc, s.nodes, policy, by_id), indent=1))
+    return compare(doc, specs, policy, fraction, batch, s, cell)
 
 
-def compare(doc: QueueDocument, specs: list[Any], policy: str, fraction: float, batch: int, s: Settings) -> CellRow:
-    """A real run beside its replay in the simulator, with the same policy settings."""
-    real = summarize(records(doc), s.nodes)
+def _per_job_file(path: Path, rows: list[JobRow], nodes: int) -> None:
+    """The run's per-job file (elasticd.perjob), measured over its whole submission window."""
+    if rows:
+        write(path, RunFile(rows, nodes, measurement_window(rows, 0.0)))
+
+
+def compare(doc: QueueDocument, specs: list[Any], policy: str, fraction: float, batch: int, s: Settings,
+            cell: Path | None = None) -> CellRow:
+    """A real run beside its replay in the simulator, with the same policy settings; with
+    `cell`, each one's per-job file is written there (jobs-real.csv.gz, jobs-sim.csv.gz).
+    Jobs are matched to their files by submission order, as the batch submitted them."""
+    by_id = dict(zip(sorted(j.job_id for j in doc.jobs), sorted(specs, key=lambda sp: sp.submit_offset)))
+    real_rows = queue_rows(doc, by_id)
+    real = summarize(real_rows, s.nodes)
     jobs = from_specs(specs, s.startup, s.startup_per_node, s.grow_latency, s.grow_latency_per_node)
     outcomes = simulate(jobs, s.nodes, make_policy(policy, min_resize_interval=s.min_resize_interval))
-    sim = summarize([JobRecord(o.job_id, "", o.state, o.submit, o.start, o.end, o.node_seconds) for o in outcomes], s.nodes)
+    sim_rows = [rounded(r) for r in job_rows(jobs, outcomes)]
+    sim = summarize(sim_rows, s.nodes)
+    if cell is not None:
+        _per_job_file(cell / "jobs-real.csv.gz", real_rows, s.nodes)
+        _per_job_file(cell / "jobs-sim.csv.gz", sim_rows, s.nodes)
     completed = sum(j.state == "COMPLETED" for j in doc.jobs)
     grows = sum(1 for j in doc.jobs for e in j.events if e.event == "grown")
 
@@ -109,7 +126,8 @@ def replay_experiment(out: Path, s: Settings) -> list[CellRow]:
         run = json.loads((cell / "run.json").read_text())
         specs = load_batch([cell / "jobs"], run["nodes"])
         settings = Settings(**{**asdict(s), "nodes": run["nodes"]})
-        rows.append(compare(QueueDocument.model_validate(run["queue"]), specs, r["policy"], r["fraction"], r["batch"], settings))
+        rows.append(compare(QueueDocument.model_validate(run["queue"]), specs, r["policy"], r["fraction"], r["batch"],
+                            settings, cell))
     doc["rows"] = [asdict(r) for r in rows]
     doc["replay_settings"] = asdict(s)
     (out / "results.json").write_text(json.dumps(doc, indent=1))

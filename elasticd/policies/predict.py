@@ -67,6 +67,14 @@ class PendingPrediction:
         return None if self.work is None else self.work / self.speedup.speedup(n)
 
 
+def resize_cost(job: RunningView, n_new: int) -> float:
+    """Seconds of no progress resizing the job from its size to n_new would cost it, by its
+    model's reconfiguration cost (MEBF's T_dr + T_p: elastic_protocol.models.ReconfigCost), the
+    very seconds the simulator and the synthetic application then charge it: a policy sees what
+    a resize costs before it orders it. 0 for a job without a model."""
+    return model_parts(job.model)[1].seconds(job.size, n_new)
+
+
 def replay(job: RunningView) -> WorkProgress | None:
     """The job's progress as of its last size change, by its history (None: no work known)."""
     s, cost = model_parts(job.model)
@@ -143,6 +151,19 @@ class RunningPrediction:
         q = self.progress.clone()
         q.resize(n_new, self.now)
         return q.end_time(self.now)
+
+    def reconfig_seconds(self, n_new: int) -> float:
+        """What resizing to n_new nodes now costs the job (resize_cost)."""
+        return self.cost.seconds(self.job.size, n_new)
+
+    def stretch_if_resized(self, n_new: int) -> float | None:
+        """The job's predicted run, if resized to n_new nodes now (paying the cost), over its
+        predicted static run (its work on its preferred size, unresized): the stretch the
+        tables report (elasticd.metrics), as the policy can foresee it. None: work unknown."""
+        if self.progress is None or self.work is None:
+            return None
+        static = self.work / self.speedup.speedup(self.job.preferred)
+        return (self.end_if_resized(n_new) - self.job.start_time) / static
 
     def end_if_lent(self, k: int, until: float) -> float:
         """Predicted end if the job gives k nodes away now and gets them back at `until`

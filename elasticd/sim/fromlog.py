@@ -29,10 +29,10 @@ from pathlib import Path
 
 from elasticd.core.events import JobEventKind
 from elasticd.core.job import Job
-from elasticd.core.states import JobState
-from elasticd.metrics import SizedRecord, WindowSummary, windowed_summary
+from elasticd.metrics import JobRow, WindowSummary, recorded_row, windowed_summary
 from elasticd.policies.registry import make_policy
 from elasticd.replay import ReplayedStart, replay
+from elasticd.sim.rows import job_rows
 from elasticd.sim.simulator import simulate
 from elasticd.sim.workload import SimJob, from_specs
 
@@ -106,7 +106,7 @@ def _run(number: int, starts: list[ReplayedStart]) -> LoggedRun | SkippedRun:
         jobs.append(sim)
     header = starts[0].header
     return LoggedRun(number, line, n, core.nodes.total, str(header["policy"]), dict(header.get("params", {})),
-                     jobs, windowed_summary([_record(j) for j in ran], core.nodes.total, 0.0),
+                     jobs, windowed_summary([job_row(j) for j in ran], core.nodes.total, 0.0),
                      len(core.jobs) - len(ran))
 
 
@@ -133,15 +133,15 @@ def _overhead(real: Job, sim: SimJob) -> float:
     return max(0.0, registered - real.start_time) if registered is not None else 0.0
 
 
-def _record(job: Job) -> SizedRecord:
-    assert job.start_time is not None and job.end_time is not None
-    sizes = [*job.size_history(), (job.end_time, 0)]
-    shrinks = sum(1 for e in job.events if e.event is JobEventKind.SHRUNK)
-    expands = sum(1 for e in job.events if e.event is JobEventKind.GROWN)
-    return SizedRecord(job.job_id, job.submit_time, job.start_time, job.end_time, tuple(sizes), shrinks, expands,
-                       job.state is JobState.TIMEOUT)
+def job_row(job: Job) -> JobRow:
+    """A recorded job as a per-job row (elasticd.metrics.recorded_row)."""
+    limit = job.spec.limit_seconds
+    return recorded_row(job.job_id, job.kind.value, job.state.value, job.submit_time, job.start_time, job.end_time,
+                        job.spec.node_bounds, float(limit) if limit is not None else None, job.spec.model,
+                        job.size_history(), sum(1 for e in job.events if e.event is JobEventKind.SHRUNK),
+                        sum(1 for e in job.events if e.event is JobEventKind.GROWN))
 
 
 def what_if(run: LoggedRun, policy: str, params: dict[str, object] | None = None) -> WindowSummary:
     outcomes = simulate(run.jobs, run.nodes, make_policy(policy, params))
-    return windowed_summary([o.record() for o in outcomes], run.nodes, 0.0)
+    return windowed_summary(job_rows(run.jobs, outcomes), run.nodes, 0.0)

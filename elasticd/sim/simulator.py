@@ -37,7 +37,6 @@ from elasticd.core.events import JobEventKind, OrderKind
 from elasticd.core.fastinit import fast_init
 from elasticd.core.states import JobState
 from elasticd.errors import ElasticError
-from elasticd.metrics import SizedRecord
 from elasticd.policies.base import Policy
 from elasticd.sim.workload import SimJob, young_collections_only
 
@@ -69,11 +68,6 @@ class JobOutcome:
     expands: int
     state: str
     sizes: tuple[tuple[float, int], ...]  # (time, nodes held) change points, last is 0
-
-    def record(self) -> SizedRecord:
-        assert self.start is not None and self.end is not None
-        return SizedRecord(self.job_id, self.submit, self.start, self.end, self.sizes, self.shrinks, self.expands,
-                           self.state == JobState.TIMEOUT.value)
 
 
 fast_init(JobOutcome)  # one per job of a run

@@ -10,6 +10,15 @@ E(n) = S(n)/n):
   (0.8); max = the largest n <= cap with E(n) >= max_efficiency (0.5), at least n0;
   min = the smallest n with S(n) >= min_speed * S(n0) (0.25: at most 4x slower).
 - "mebf" (MEBF paper): preferred = n0, min = ceil(n0 / 2), max = min(5 * n0, cap).
+- "downward" (elastic's, a conservative reading): the efficiency rule with no job given more
+  nodes than it was logged with: max = n0, preferred = min(its efficiency preferred, n0). Beside
+  the seeds' rule it shows how much of a gain comes from scaling jobs up beyond anything their
+  log shows them running on (an assumption of the conversion), rather than from scheduling.
+
+Load: `at_load(trace, F)` divides every inter-arrival time by F (F > 1: more load, the jobs
+arrive closer together; F < 1: less), a standard way to study one log at other loads (MEBF's
+"scaled arrival time" is F = 1.25); the jobs themselves are unchanged, so the offered load
+(`offered_load`) is F times the log's.
 
 Each job's speedup parameter is derived from an efficiency at its logged size drawn from
 `efficiency` (default 0.6..0.95): users logged sizes at which their codes ran reasonably,
@@ -21,6 +30,7 @@ application uses), plus the reconfiguration cost.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import random
@@ -81,9 +91,12 @@ class SimJob:
 fast_init(SimJob)
 
 
+RULES = ("efficiency", "mebf", "downward")
+
+
 @dataclass(frozen=True)
 class MalleabilityRule:
-    rule: str = "efficiency"  # or "mebf"
+    rule: str = "efficiency"  # or "mebf", "downward"
     model: str = "amdahl"  # or "rho": the model family of every job
     # Parallel efficiency S(n0)/n0 at the logged size n0, drawn uniformly per job.
     eff_low: float = 0.6
@@ -94,8 +107,8 @@ class MalleabilityRule:
     cost: ReconfigCost = ReconfigCost(alpha=0.375)  # noqa: RUF009 - frozen, shared safely
 
     def __post_init__(self) -> None:
-        if self.rule not in ("efficiency", "mebf"):
-            raise ValueError(f"unknown malleability rule {self.rule!r}: use efficiency or mebf")
+        if self.rule not in RULES:
+            raise ValueError(f"unknown malleability rule {self.rule!r}: use {', '.join(RULES)}")
         if self.model not in ("amdahl", "rho"):
             raise ValueError(f"unknown speedup model {self.model!r}: use amdahl or rho")
         if not 0 < self.eff_low <= self.eff_high <= 1:
@@ -140,10 +153,33 @@ def node_range(n0: int, s: SpeedupModel, cap: int, rule: MalleabilityRule) -> tu
     """(min, max, preferred) for a job logged at n0 nodes."""
     if rule.rule == "mebf":
         return max(1, math.ceil(n0 / 2)), min(cap, 5 * n0), n0
-    hi = max(n0, _largest_with_efficiency(s, cap, rule.max_efficiency))
+    hi = n0 if rule.rule == "downward" else max(n0, _largest_with_efficiency(s, cap, rule.max_efficiency))
     pref = min(hi, _largest_with_efficiency(s, cap, rule.pref_efficiency))
     lo = min(pref, _smallest_with_speed(s, rule.min_speed * s.speedup(n0), n0))
     return lo, hi, pref
+
+
+def at_load(trace: Trace, load: float) -> Trace:
+    """The trace with every inter-arrival time divided by `load` (see the module's docstring):
+    submit times from the first one scaled by 1 / load; runs, sizes and limits unchanged."""
+    if not (load > 0 and math.isfinite(load)):
+        raise ValueError(f"load {load!r}: must be a positive number (1 = the log's own)")
+    if load == 1.0 or not trace.jobs:
+        return trace
+    t0 = trace.jobs[0].submit
+    jobs = [dataclasses.replace(j, submit=t0 + (j.submit - t0) / load) for j in trace.jobs]
+    return dataclasses.replace(trace, jobs=jobs)
+
+
+def offered_load(trace: Trace) -> float:
+    """Node-seconds the jobs ask for (logged run x logged size) per second of the submission
+    window, as a share of the machine: 1.0 asks for every node all the time."""
+    if len(trace.jobs) < 2:
+        return 0.0
+    span = max(j.submit for j in trace.jobs) - min(j.submit for j in trace.jobs)
+    if span <= 0:
+        return math.inf
+    return sum(j.run * j.nodes for j in trace.jobs) / (span * trace.nodes)
 
 
 _NO_OLDER_COLLECTIONS = 1_000_000_000  # gc threshold1 and threshold2: see young_collections_only
