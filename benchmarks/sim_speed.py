@@ -9,7 +9,13 @@ the minimal EASY on the same longer trace).
 
 Targets: rigid EASY under 1 s, every malleable policy under 10 s, peak memory under 1 GB.
 
-    .venv/bin/python benchmarks/sim_speed.py [--policies all|easy,sd,...] [--scaling-policy easy] [--x3]
+`--plots`: what drawing a simulation's figures costs beside making its runs, on the 24K-job
+CEA Curie log and on the largest shared log (CTC SP2, 77K jobs): `elasticd sim LOG --policy
+easy --policy malleable --malleable 0,100 --seeds 1 --no-plots --out DIR` (the runs, timed),
+then the figures drawn from DIR's per-job files alone in a fresh process (wall time and peak
+memory). Targets: at most 10 % of the runs' time, at most 300 MiB.
+
+    .venv/bin/python benchmarks/sim_speed.py [--policies all|easy,sd,...] [--scaling-policy easy] [--x3] [--plots]
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-TRACE = Path(__file__).resolve().parent.parent / "examples" / "traces" / "theta-2023.swf.gz"
+TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
+TRACE = TRACES / "theta-2023.swf.gz"
+PLOT_LOGS = ("cea-curie-2012-subset", "ctc-sp2-1996")  # 24K jobs; the largest shared log, 77K
 
 
 def load(repeat: int = 1):
@@ -109,17 +117,68 @@ def measure(policy: str, fraction: float, repeat: int = 1) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def draw(folder: str) -> dict:
+    """The figures of a simulation folder, from its files only, in this (fresh) process."""
+    from elasticd.sim.figures import plot_simulation
+
+    doc = json.loads((Path(folder) / "results.json").read_text())
+    t = time.perf_counter()
+    paths = plot_simulation(Path(folder), doc["runs"], doc["summary"], Path(doc["parameters"]["trace"]).name.split(".swf")[0],
+                            doc["parameters"]["warmup"], 1)
+    wall = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"wall": wall, "rss_mib": rss, "figures": len(paths)}
+
+
+def plots() -> bool:
+    """Runs against the figures drawn from them (module docstring)."""
+    import tempfile
+
+    ok = True
+    elasticd = str(Path(sys.executable).with_name("elasticd"))
+    print("\nfigures from per-job files against the runs they come from (easy and malleable at 0 and 100 %, seed 1; "
+          "target: <= 10 % of the runs' time, <= 300 MiB):")
+    for log in PLOT_LOGS:
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            subprocess.run([elasticd, "sim", str(TRACES / f"{log}.swf.gz"), "--policy", "easy", "--policy", "malleable",
+                            "--malleable", "0,100", "--seeds", "1", "--workers", "1", "--no-plots", "--out", tmp],
+                           capture_output=True, text=True, timeout=3600, check=True)
+            command = time.perf_counter() - t
+            runs = json.loads((Path(tmp) / "results.json").read_text())["runs"]
+            made = sum(r["wall"] for r in runs)
+            out = subprocess.run([sys.executable, __file__, "--draw", tmp], capture_output=True, text=True,
+                                 timeout=900, check=True)
+            d = json.loads(out.stdout.strip().splitlines()[-1])
+            jobs = runs[0]["jobs"]
+            size = sum(f.stat().st_size for f in Path(tmp, "jobs").rglob("*.csv.gz")) / len(runs) / 1024
+            good = d["wall"] <= 0.10 * made and d["rss_mib"] <= 300
+            ok &= good
+            print(f"  {log}: {len(runs)} runs ({jobs} jobs measured each) {made:.1f} s of runs ({command:.1f} s the "
+                  f"command), per-job files {size:.0f} KiB a run; {d['figures']} figures {d['wall']:.2f} s = "
+                  f"{100 * d['wall'] / made:.1f} % of the runs, {d['rss_mib']:.0f} MiB peak  {'OK' if good else 'MISSED'}")
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default="all", help="comma-separated policies, or all (every registered one)")
     ap.add_argument("--scaling-policy", default="easy")
     ap.add_argument("--x3", action="store_true",
                     help="also each policy on theta-2023 repeated 3x at 100 %% malleable (target <= 10 s, <= 500 MiB)")
+    ap.add_argument("--plots", action="store_true",
+                    help="only the figures' cost beside the runs' on the 24K-job and the largest shared log")
     ap.add_argument("--one", nargs=3, metavar=("POLICY", "FRACTION", "REPEAT"), help=argparse.SUPPRESS)
+    ap.add_argument("--draw", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one[0], float(args.one[1]), int(args.one[2]))))
         return 0
+    if args.draw:
+        print(json.dumps(draw(args.draw)))
+        return 0
+    if args.plots:
+        return 0 if plots() else 1
 
     if args.policies == "all":
         from elasticd.policies.registry import REGISTRY

@@ -17,6 +17,7 @@ import csv
 import gzip
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -104,24 +105,61 @@ def _opt(text: str) -> float | None:
     return float(text) if text else None
 
 
-def read(path: Path) -> RunFile:
-    try:
-        text = gzip.decompress(path.read_bytes()).decode()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise PerJobFileError(f"{path}: not a readable per-job file ({exc})") from None
-    lines = csv.reader(io.StringIO(text))
-    head = next(lines, None)
-    if head is None or tuple(head) != COLUMNS:
-        raise PerJobFileError(f"{path}: line 1: not the per-job file's header (docs/per-job-files.md)")
-    rows: list[JobRow] = []
-    machine, window = 0, (0.0, 0.0)
-    for no, f in enumerate(lines, 2):
+def stream(path: Path) -> Iterator[tuple[JobRow, int, tuple[float, float]]]:
+    """Each row of the file with the run's machine size and window, read as it is needed."""
+    for no, f in enumerate(stream_fields(path), 2):
         try:
-            changes = tuple((float(t), int(n)) for t, n in (p.split(":") for p in f[18].split())) if f[18] else ()
-            rows.append(JobRow(int(f[0]), f[1], f[2], float(f[3]), _opt(f[4]), _opt(f[5]), _opt(f[6]), _opt(f[7]),
-                               int(f[8]), int(f[9]), int(f[10]), int(f[11]), int(f[12]), int(f[13]), int(f[14]),
-                               int(f[15]), float(f[16]), float(f[17]), changes))
-            machine, window = int(f[19]), (float(f[20]), float(f[21]))
+            yield parse(f)
         except (ValueError, IndexError) as exc:
             raise PerJobFileError(f"{path}: line {no}: {exc}") from None
+
+
+# The columns a figure of busy nodes needs, by index.
+_SUBMIT, _START, _END, _START_NODES, _CHANGES = (COLUMNS.index(c) for c in
+                                                 ("submit", "start", "end", "start_nodes", "size_changes"))
+
+
+def stream_fields(path: Path) -> Iterator[list[str]]:
+    """The file's rows as their text fields, unparsed (COLUMNS' order): a figure of a long run
+    reads every job's timeline but makes a row (stream) only of the few it draws."""
+    try:
+        with gzip.open(path, "rt", newline="") as text:
+            lines = csv.reader(text)
+            head = next(lines, None)
+            if head is None or tuple(head) != COLUMNS:
+                raise PerJobFileError(f"{path}: line 1: not the per-job file's header (docs/per-job-files.md)")
+            yield from lines
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as exc:
+        raise PerJobFileError(f"{path}: not a readable per-job file ({exc})") from None
+
+
+def parse(f: list[str]) -> tuple[JobRow, int, tuple[float, float]]:
+    """A row's fields (stream_fields) as a row, the machine's size and the window."""
+    changes = tuple((float(t), int(n)) for t, n in (p.split(":") for p in f[18].split())) if f[18] else ()
+    row = JobRow(int(f[0]), f[1], f[2], float(f[3]), _opt(f[4]), _opt(f[5]), _opt(f[6]), _opt(f[7]), int(f[8]),
+                 int(f[9]), int(f[10]), int(f[11]), int(f[12]), int(f[13]), int(f[14]), int(f[15]), float(f[16]),
+                 float(f[17]), changes)
+    return row, int(f[19]), (float(f[20]), float(f[21]))
+
+
+def timeline_of(f: list[str]) -> tuple[float, float, float, list[tuple[float, int]]] | None:
+    """(submit, start, end, [(time, nodes) from its start, the last at 0]) of a row's fields;
+    None for a job that never started."""
+    if not f[_START] or not f[_END]:
+        return None
+    start, end = float(f[_START]), float(f[_END])
+    points = [(start, int(f[_START_NODES]))]
+    if f[_CHANGES]:
+        for p in f[_CHANGES].split():
+            t, n = p.split(":")
+            points.append((float(t), int(n)))
+    points.append((end, 0))
+    return float(f[_SUBMIT]), start, end, points
+
+
+def read(path: Path) -> RunFile:
+    rows: list[JobRow] = []
+    machine, window = 0, (0.0, 0.0)
+    for row, machine, window in stream(path):
+        rows.append(row)
     return RunFile(rows, machine, window)

@@ -40,8 +40,9 @@ def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
     """A run file's table and figures: a Gantt chart of the nodes it really used (hosts from
     its queue document) and its busy nodes per second."""
     from elasticd.experiments.batchrun import print_report, rows_of_run_file
+    from elasticd.metrics import StepIntegral
     from elasticd.sim.gantt import blocks_from_events, plot_gantt
-    from elasticd.sim.plots import plot_utilization
+    from elasticd.sim.plots import busy_changes, plot_utilization
 
     queue = QueueDocument.model_validate(doc["queue"])
     nodes = doc["nodes"]
@@ -58,8 +59,9 @@ def report_run(path: Path, doc: dict[str, Any]) -> list[Path]:
     gantt = plot_gantt(blocks, marks, max(len(names), 1), t0, t1, Path(f"{stem}-gantt.png"),
                        f"{path.name}: nodes over time ({doc.get('policy') or 'policy?'})", time_unit=1.0,
                        unit_name="s")
-    util = plot_utilization({"busy nodes": rows}, None, nodes, Path(f"{stem}-utilization.png"),
-                            f"{path.name}: busy nodes ({doc.get('policy') or 'policy?'})")
+    ends = [r.end for r in rows if r.end is not None]
+    util = plot_utilization({"busy nodes": StepIntegral(busy_changes(rows))}, None, nodes, t0, max(ends, default=t1),
+                            Path(f"{stem}-utilization.png"), f"{path.name}: busy nodes ({doc.get('policy') or 'policy?'})")
     print(f"plots: {gantt} {util}")
     return [gantt, util]
 

@@ -140,7 +140,7 @@ def place(rows: Sequence[JobRow], nodes: int, t0: float, t1: float) -> tuple[dic
             events.append((t, 1 if n > prev else 0, k, r.job_id, n))
             prev = n
     events.sort()
-    free = [True] * nodes
+    free = bytearray(b"\x01" * nodes)
     held: dict[int, list[int]] = {}
     since: dict[int, float] = {}
     blocks: dict[int, list[Segment]] = {}
@@ -151,7 +151,7 @@ def place(rows: Sequence[JobRow], nodes: int, t0: float, t1: float) -> tuple[dic
             blocks.setdefault(job, []).append((since[job], t, tuple(mine)))
         if n < len(mine):
             for row in mine[n:]:
-                free[row] = True
+                free[row] = 1
             mine = mine[:n]
             if n:
                 marks.append((t, (mine[0] + mine[-1] + 1) / 2, "shrunk"))
@@ -167,26 +167,23 @@ def place(rows: Sequence[JobRow], nodes: int, t0: float, t1: float) -> tuple[dic
     return blocks, marks
 
 
-def _take(free: list[bool], n: int, near: int | None) -> list[int]:
-    """n free rows: the block beginning at `near` if it is free, else the lowest block of n
-    free rows, else the lowest free rows; taken from `free`."""
-    size = len(free)
-    pick: list[int] | None = None
-    if near is not None and near + n <= size and all(free[near:near + n]):
-        pick = list(range(near, near + n))
-    if pick is None:
-        run = 0
-        for i, f in enumerate(free):
-            run = run + 1 if f else 0
-            if run == n:
-                pick = list(range(i - n + 1, i + 1))
-                break
-    if pick is None:
-        pick = [i for i, f in enumerate(free) if f][:n]
+def _take(free: bytearray, n: int, near: int | None) -> list[int]:
+    """n free rows (free[i] is 1): the block beginning at `near` if it is free, else the lowest
+    block of n free rows, else the lowest free rows; taken from `free`."""
+    block = b"\x01" * n
+    at = near if near is not None and free[near:near + n] == block else free.find(block)
+    if at >= 0:
+        pick = list(range(at, at + n))
+    else:
+        pick = []
+        i = free.find(1)
+        while i >= 0 and len(pick) < n:
+            pick.append(i)
+            i = free.find(1, i + 1)
     if len(pick) < n:
         raise ValueError(f"{n} nodes asked with {len(pick)} free: the file's sizes exceed the machine")
     for i in pick:
-        free[i] = False
+        free[i] = 0
     return pick
 
 

@@ -8,7 +8,7 @@ and plots work without a display.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,9 +108,9 @@ def plot_paired(panels: dict[str, dict[str, dict[str, list[tuple[float, Paired]]
     return path
 
 
-def busy_levels(rows: Sequence[JobRow]) -> StepIntegral:
-    """Busy nodes over time, summed over the jobs' size timelines."""
-    changes: list[tuple[float, float]] = []
+def busy_changes(rows: Iterable[JobRow], into: list[tuple[float, float]] | None = None) -> list[tuple[float, float]]:
+    """(time, +/- nodes) of every size change of the jobs: busy nodes over time, summed."""
+    changes = [] if into is None else into
     for r in rows:
         if not r.started:
             continue
@@ -118,12 +118,15 @@ def busy_levels(rows: Sequence[JobRow]) -> StepIntegral:
         for t, n in r.timeline():
             changes.append((t, n - prev))
             prev = n
-    return StepIntegral(changes)
+    return changes
 
 
 def binned_utilization(rows: Sequence[JobRow], nodes: int, t0: float, t1: float, width: float) -> list[tuple[float, float]]:
     """(bin start, share of the machine busy on average in the bin) over [t0, t1)."""
-    busy = busy_levels(rows)
+    return binned(StepIntegral(busy_changes(rows)), nodes, t0, t1, width)
+
+
+def binned(busy: StepIntegral, nodes: int, t0: float, t1: float, width: float) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     t = t0
     while t < t1:
@@ -146,17 +149,16 @@ def bin_width(span: float) -> tuple[float, str]:
     return BINS[-1]
 
 
-def plot_utilization(runs: dict[str, Sequence[JobRow]], reference: str | None, nodes: int, path: Path, title: str,
-                     width: tuple[float, str] | None = None, window: tuple[float, float] | None = None) -> Path:
-    """Top: each run's busy share of the machine per bin (hour or day), as steps; bottom: each
-    run's difference from the reference run's (rigid EASY) in percentage points, bin by bin, so
-    runs whose curves lie on each other are still told apart. Time from the first submission."""
+def plot_utilization(runs: dict[str, StepIntegral], reference: str | None, nodes: int, t0: float, t1: float, path: Path,
+                     title: str, width: tuple[float, str] | None = None,
+                     window: tuple[float, float] | None = None) -> Path:
+    """Top: each run's busy share of the machine (busy nodes over time: busy_changes) per bin
+    (bin_width), as steps; bottom: each run's difference from the reference run's (rigid EASY)
+    in percentage points, bin by bin, so runs whose curves lie on each other are still told
+    apart. Time from t0 (the first submission)."""
     plt = plt_()
-    all_rows = [r for rows in runs.values() for r in rows]
-    t0 = min(r.submit for r in all_rows)
-    t1 = max(r.end for r in all_rows if r.end is not None)
     w, unit = width or bin_width(t1 - t0)
-    series = {label: binned_utilization(rows, nodes, t0, t1, w) for label, rows in runs.items()}
+    series = {label: binned(busy, nodes, t0, t1, w) for label, busy in runs.items()}
     ref = series.get(reference) if reference is not None else None
     if ref is not None and len(series) > 1:
         fig, (top, low) = plt.subplots(2, 1, figsize=(13, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
