@@ -40,7 +40,8 @@ import itertools
 import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from elastic_protocol.jobspec import PerfModel
 
@@ -221,6 +222,9 @@ class WindowSummary:
     static_unknown: int = 0  # measured jobs without a static run (real runs only)
 
 
+_FIGURES = tuple(f.name for f in fields(WindowSummary) if f.name not in ("jobs", "static_unknown"))
+
+
 def measurement_window(rows: list[JobRow], warmup: float) -> tuple[float, float]:
     """(first submission + warm-up, last submission): the jobs submitted in it are measured.
     A trace shorter than its warm-up is measured whole, from its first submission."""
@@ -263,7 +267,8 @@ def summarize_window(rows: list[JobRow], total_nodes: int, w0: float, w1: float,
     submission to last end, rather than a 0 % that reads as an idle machine."""
     ran = [r for r in rows if r.started]
     if not ran:
-        return WindowSummary(0, *([0.0] * 19))  # type: ignore[arg-type]
+        zeros: dict[str, Any] = dict.fromkeys(_FIGURES, 0.0)
+        return WindowSummary(0, **zeros)
     sel = [r for r in ran if w0 <= r.submit <= w1] or ran
     per = [job_metrics(r, tau) for r in sel]
     waits = [m.wait for m in per if m.wait is not None]

@@ -70,17 +70,20 @@ def plot_grid(summary: list[dict[str, Any]], path: Path, title: str) -> Path:
 
 
 def plot_paired(panels: dict[str, dict[str, dict[str, list[tuple[float, Paired]]]]], path: Path, title: str) -> Path:
-    """Rows: metrics; columns: settings; in each panel, per policy, the paired change against
-    rigid EASY (%) at each malleable fraction with its 95 % interval; 0 drawn. Policies are
-    spread a little along x so that intervals at one fraction do not hide each other."""
+    """Rows: metrics; columns: settings; in each panel, per policy (in the order given), the
+    paired change against rigid EASY (%) with its 95 % interval; 0 drawn. With one malleable
+    fraction the policies are the x axis; with several, each policy is a line over the
+    fractions, spread a little along x so that intervals at one fraction do not hide each other."""
     plt = plt_()
     metrics = list(panels)
     settings = list(dict.fromkeys(s for m in metrics for s in panels[m]))
-    fig, axes = plt.subplots(len(metrics), len(settings), figsize=(6.5 * len(settings), 4.2 * len(metrics)),
+    policies = list(dict.fromkeys(p for m in metrics for s in panels[m].values() for p in s))
+    fractions = sorted({x for m in metrics for s in panels[m].values() for pts in s.values() for x, _ in pts})
+    one = len(fractions) == 1
+    fig, axes = plt.subplots(len(metrics), len(settings), figsize=(5.5 * len(settings), 4.4 * len(metrics)),
                              squeeze=False)
     cmap = plt.get_cmap("tab20")
     markers = "os^vD<>pPX*h"
-    policies = sorted({p for m in metrics for s in panels[m].values() for p in s})
     for i, metric in enumerate(metrics):
         for j, setting in enumerate(settings):
             ax = axes[i][j]
@@ -90,17 +93,21 @@ def plot_paired(panels: dict[str, dict[str, dict[str, list[tuple[float, Paired]]
                 if not pts:
                     continue
                 dx = (k - (len(policies) - 1) / 2) * 0.8
-                xs = [x + dx for x, _ in pts]
+                xs = [float(k)] if one else [x + dx for x, _ in pts]
                 ys = [100 * q.mean for _, q in pts]
                 err = [100 * q.half_width if q.n > 1 else 0.0 for _, q in pts]
                 ax.errorbar(xs, ys, yerr=err, marker=markers[k % len(markers)], color=cmap(k % 20), capsize=2,
-                            linestyle="-" if len(pts) > 1 else "none", label=p)
+                            linestyle="none" if one else "-", label=p)
             ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_title(setting, fontsize=10)
-            ax.set_xlabel("malleable jobs (%)")
-            ax.set_ylabel(f"{metric}: change vs rigid EASY (%)")
+            ax.set_title(setting + (f", {fractions[0]:.0f} % malleable" if one else ""), fontsize=10)
+            if one:
+                ax.set_xticks(range(len(policies)), policies, rotation=60, ha="right", fontsize=8)
+            else:
+                ax.set_xlabel("malleable jobs (%)")
+            ax.set_ylabel(f"{metric}:\nchange vs rigid EASY (%)")
             ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, ncol=2)
+    if not one:
+        axes[0][0].legend(fontsize=7, ncol=2)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
