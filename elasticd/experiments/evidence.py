@@ -135,7 +135,8 @@ def _what_happened(x: Loss) -> str:
     else:
         parts.append(f"started on {j.start_nodes} of {j.logged_nodes} logged nodes")
         if j.shrinks or j.expands:
-            parts.append(f"{j.shrinks + j.expands} resizes")
+            n = j.shrinks + j.expands
+            parts.append(f"{n} resize{'s' if n != 1 else ''}")
         if j.static_run and j.start is not None and j.end is not None:
             parts.append(f"stretch {(j.end - j.start) / j.static_run:.1f}x")
     how = "waiting" if x.waited >= x.delta / 2 else "running"
@@ -163,7 +164,13 @@ def why_worse(files: dict[int, Path], easy_files: dict[int, Path]) -> str:
         text += (f"; while those jobs waited longer, {100 * sum(e.beyond_logged for e in ev) / machine:.0f} % of the "
                  f"machine was held beyond jobs' logged sizes, {100 * sum(e.past_static_end for e in ev) / machine:.0f} % "
                  f"by jobs running past their static run's end, {100 * sum(e.idle for e in ev) / machine:.0f} % idle")
-    top = sorted((x for e in ev for x in e.losses), key=lambda x: -x.delta)[:3]
+    # The largest losses over the seeds, a job once (a rigid job loses alike in every seed).
+    top: list[Loss] = []
+    for x in sorted((x for e in ev for x in e.losses), key=lambda x: -x.delta):
+        if all(x.job.job_id != y.job.job_id for y in top):
+            top.append(x)
+        if len(top) == 3:
+            break
     if top:
         text += "; largest: " + "; ".join(_what_happened(x) for x in top)
     return text
