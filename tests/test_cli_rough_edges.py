@@ -100,14 +100,7 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
         (m.__name__.rsplit(".", 1)[-1], m.build_parser()) for m in (equeue, esubmit, ecancel, eacct)]
 
 
-# `batch SEED` and `report TARGET` are declared in elasticd/cli/experiment_cmd.py, being
-# reworked on another branch: strict, so that the mark goes once they have their help.
-_NOT_YET = {"elasticd batch", "elasticd report"}
-
-
-@pytest.mark.parametrize(("name", "parser"), [
-    pytest.param(n, p, id=n, marks=[pytest.mark.xfail(strict=True, reason="argument help owed by experiment_cmd")]
-                 if n in _NOT_YET else []) for n, p in _parsers()])
+@pytest.mark.parametrize(("name", "parser"), _parsers(), ids=[n for n, _ in _parsers()])
 def test_every_command_and_argument_says_in_one_line_what_it_is(name: str, parser: argparse.ArgumentParser) -> None:
     assert parser.description, f"`{name} --help` does not say what it does"
     bare = [a.metavar or a.dest for a in parser._actions if not a.help and not isinstance(a, argparse._HelpAction)]

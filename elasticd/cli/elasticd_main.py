@@ -107,8 +107,11 @@ the table, one line per job:
                  grew to 2, 6 and 8 nodes; 4 = it ran on 4 throughout
   WAIT(s)        seconds from its submission to its start
   RUN(s)         seconds from its start to its end
+  STATIC(s)      its static run: its model's time (work) at its requested size, else its own
+                 run if it was never resized, else "-" (unknown)
   TURNAROUND(s)  wait + run
-  BSLD           bounded slowdown: max(1, turnaround / max(run, 10 s)); 1 = no wait at all
+  BSLD           bounded slowdown: max(1, turnaround / max(static run, 10 s)); above 1, it
+                 waited or ran longer than unresized (a shrink stretches a job)
 then a line for each job that did not complete (why, and where its output is), and the
 batch's makespan, node utilization and means.
 

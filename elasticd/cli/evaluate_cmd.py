@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "evaluate", help="every policy on every trace over malleable fractions and seeds: report, plots, README tables",
         description="Simulate each policy on each trace at each malleable percentage with several seeds, and write "
         "a per-job file per run (OUT/jobs/...), OUT/REPORT.md (tables with mean and min..max over seeds, the paired "
-        "change against rigid EASY with its 95 %% interval, stretch, and why a policy is worse where it is, from the "
+        "change against rigid EASY with its 95 % interval, stretch, and why a policy is worse where it is, from the "
         "per-job files), OUT/TRACE/summary.csv and OUT/TRACE/vs-easy.png; with --readme, the README's table too. "
         "Finished runs are kept in OUT/runs.jsonl: run again with --resume to continue; an OUT that holds runs is "
         "replaced only with --fresh.")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("batch", help="write a seeded job batch (synthetic jobs) as job files")
-    b.add_argument("seed", type=int)
+    b.add_argument("seed", type=int, metavar="SEED", help="the batch's seed: the same seed writes the same batch")
     b.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the batch's job files are written")
     b.add_argument("--jobs", type=int, default=25, help="jobs in the batch (default 25)")
     b.add_argument("--malleable", type=float, default=0.0, metavar="PCT", help="percentage of malleable jobs (default 0)")
@@ -51,7 +51,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     e.set_defaults(func=cmd_experiment)
 
     r = sub.add_parser("report", help="metrics and PNG plots of a finished run, experiment or simulation")
-    r.add_argument("target", type=Path, metavar="RUN.json|DIR")
+    r.add_argument("target", type=Path, metavar="RUN.json|DIR",
+                   help="a run file (elasticd run --json), an experiment folder (elasticd experiment --out) or a "
+                   "simulation folder (elasticd sim --out), whose figures are drawn again from its files")
     r.set_defaults(func=cmd_report)
 
 

@@ -34,8 +34,29 @@ TRACE_ONLY: dict[str, tuple[str, object]] = {
 }
 
 
+# What `elasticd sim` prints, for its --help (the table is elasticd.sim.grid.print_summary's).
+SIM_LEGEND = """\
+the table, one line per policy and malleable percentage, over the jobs submitted after the
+warm-up and up to the last submission (means over seeds; [min..max] over the seeds):
+  TURNAROUND(s), WAIT(s)  end - submit, start - submit
+  UTIL%            busy nodes over the same window, percent of the machine
+  BSLD             bounded slowdown: max(1, turnaround / max(static run, 10 s)), the static
+                   run being a job's logged run at its logged size (a shrink stretches a job)
+  STRETCH p95/max  a job's run / its static run: 95th percentile and largest
+  >2x%             jobs whose run was over twice their static run
+  TIMEOUT%, SHRINK/J, EXPAND/J   jobs ended by their limit; resizes per job
+  vs EASY 0%       mean of the per-seed changes against rigid EASY (easy at 0 %, same seed)
+                   with its 95 % interval; n.d.: the interval includes 0
+With --out, every run's per-job file is in DIR/jobs (columns: docs/per-job-files.md), and the
+plots are drawn from those files.
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("sim", help="simulate an SWF trace under one or more policies (virtual time)")
+    s = sub.add_parser("sim", help="simulate an SWF trace under one or more policies (virtual time)",
+                       description="Replay an SWF trace in virtual time through the daemon's core and policies, "
+                       "over policies x malleable percentages x seeds.", epilog=SIM_LEGEND,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("trace", type=Path, metavar="TRACE.swf", nargs="?",
                    help="an SWF log (.swf or .swf.gz); or use --from-log")
     s.add_argument("--from-log", type=Path, metavar="STATE_DIR",
