@@ -18,6 +18,8 @@ from elasticd.experiments.batches import (
     write_batch,
 )
 from elasticd.jobfile import load_job_file
+from elasticd.metrics import summarize
+from elasticd.perjob import read as read_per_job
 
 
 def test_batches_are_seeded_with_five_jobs_at_once_and_about_eight_node_hours() -> None:
@@ -72,6 +74,14 @@ def test_tiny_real_grid_runs_end_to_end_and_its_report_is_consistent(tmp_path: P
         assert row["mean_bounded_slowdown"] >= 1.0
         grows = sum(1 for j in run["queue"]["jobs"] for e in j["events"] if e["event"] == "grown")
         assert row["expands_per_job"] == pytest.approx(grows / 10)
+        # The real run's and its replay's per-job files, from which their figures are computed;
+        # the real jobs' static runs are their model's work at their requested sizes.
+        cell = out / "runs" / f"{row['policy']}-{round(100 * row['fraction'])}-b1"
+        real, sim = read_per_job(cell / "jobs-real.csv.gz"), read_per_job(cell / "jobs-sim.csv.gz")
+        assert len(real.rows) == len(sim.rows) == 10
+        assert summarize(real.rows, 8).mean_turnaround == row["mean_turnaround"]
+        assert summarize(sim.rows, 8).mean_turnaround == row["sim_mean_turnaround"]
+        assert all(r.static_run is not None and r.static_run > 0 for r in real.rows)
     assert "simulator vs real, per run" in r.stdout
     # The README table, written by the run itself: each cell's mean (min-max) over its one batch.
     table = (out / "README.md").read_text()
