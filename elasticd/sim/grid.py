@@ -4,9 +4,9 @@ A run's key (RunKey: trace, policy, malleable fraction, seed, load, conversion r
 grid's settings (GridSettings: the rule's parameters, the warm-up, the policies' parameters,
 where per-job files go) say everything about it: `run_one` builds the workload, simulates it,
 writes the run's per-job file (elasticd.perjob) and computes its summary from the rows as
-written. Nothing a run returns depends on which process made it, or when: `run_grid` is the
-one place that spreads runs over processes, and another dispatcher (Dask) can call
-`run_one` instead and get byte-identical files.
+written. Nothing a run returns depends on which process made it, or when (but its wall
+time): `run_grid` is the one place that spreads runs over processes, and another dispatcher
+(Dask) can call `run_from_source` for each key instead and get byte-identical files.
 
 Rows are aggregated over seeds as mean, median and IQR (the seed papers' way), and each cell
 compared with rigid EASY seed by seed (elasticd.intervals).
@@ -136,29 +136,23 @@ def run_one(trace: Trace, key: RunKey, settings: GridSettings) -> RunResult:
 
 
 # ---- dispatch: the one place runs are spread over processes ------------------------------------
-_traces: dict[str, Trace] = {}
-_sources: dict[str, TraceSource] = {}
+_traces: dict[TraceSource, Trace] = {}
 
 
-def _trace(name: str) -> Trace:
-    """A worker reads each trace once, when its first run needs it."""
-    if name not in _traces:
-        _traces[name] = _sources[name].load()
-    return _traces[name]
+def run_from_source(source: TraceSource, key: RunKey, settings: GridSettings) -> RunResult:
+    """run_one with the trace read from its source, once per process: what a dispatcher
+    (this module's pool, or Dask's workers) calls for each key."""
+    trace = _traces.get(source)
+    if trace is None:
+        trace = _traces[source] = source.load()
+    return run_one(trace, key, settings)
 
 
-def _init_worker(sources: dict[str, TraceSource]) -> None:
+def _init_worker() -> None:
     """A pool worker leaves Ctrl-C to the command (the terminal sends it to every process of
     the group): the command drops the runs not begun and waits for the ones running, and a
     worker interrupted in the middle of one printed a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _sources.clear()
-    _sources.update(sources)
-    _traces.clear()
-
-
-def _worker(key: RunKey, settings: GridSettings) -> RunResult:
-    return run_one(_trace(key.trace), key, settings)
 
 
 def run_grid(
@@ -173,15 +167,14 @@ def run_grid(
     workers = max(1, min(workers or os.cpu_count() or 1, len(keys)))
     results: dict[RunKey, RunResult] = {}
     if workers == 1:
-        _init_sources(sources)
         for i, key in enumerate(keys, 1):
-            results[key] = _worker(key, settings)
+            results[key] = run_from_source(sources[key.trace], key, settings)
             if progress:
                 progress(i, len(keys), results[key])
     else:
-        pool = ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(sources,))
+        pool = ProcessPoolExecutor(workers, initializer=_init_worker)
         try:
-            futures = {pool.submit(_worker, key, settings): key for key in keys}
+            futures = {pool.submit(run_from_source, sources[key.trace], key, settings): key for key in keys}
             for i, fut in enumerate(as_completed(futures), 1):
                 results[futures[fut]] = fut.result()
                 if progress:
@@ -195,14 +188,6 @@ def run_grid(
             raise
         pool.shutdown()
     return [results[k] for k in keys]
-
-
-def _init_sources(sources: dict[str, TraceSource]) -> None:
-    """In this process: traces already read for the same source are kept."""
-    for name, src in sources.items():
-        if _sources.get(name) != src:
-            _sources[name] = src
-            _traces.pop(name, None)
 
 
 # ---- summaries of a grid ------------------------------------------------------------------------
