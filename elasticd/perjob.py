@@ -2,8 +2,8 @@
 of the run is computed (docs/per-job-files.md documents each column).
 
 Why this format: any reader opens it without our code (`zcat`, Python's csv and gzip,
-pandas.read_csv, R's read.csv), its header names the columns, and it is small (a 3,000-job
-run is 45-90 KiB). It is written byte for byte the same for the same run (gzip without a
+pandas.read_csv, R's read.csv), its header names the columns, and it is small (a 2,000-job
+run is 28-128 KiB, a 77K-job one 1.7 MiB). It is written byte for byte the same for the same run (gzip without a
 time stamp or a file name), so runs made on one worker or on many compare equal.
 
 Numbers are written to the millisecond, and a run's summary is computed from the rows as
